@@ -1,0 +1,51 @@
+# Odradek: `make up` runs the platform, `make test` runs the tests. Both install what is missing first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DEBIAN_PACKAGES := zookeeper redis-server chromium
+JS_DIR := tests/integration/js
+
+.PHONY: install up test bench lint format clean
+
+install: $(VENV)/.installed $(JS_DIR)/node_modules/.installed debian-packages
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+$(JS_DIR)/node_modules/.installed: $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
+	npm ci --prefix $(JS_DIR) --no-audit --no-fund --loglevel=error
+	touch $@
+
+# Debian packages for the cluster, the console and its browser tests; installed only when missing.
+debian-packages:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+up: install
+	mkdir -p var/standalone
+	$(PY) -m broker_runtime --config deploy/standalone.properties
+
+test: install
+	$(PY) -m pytest
+
+bench: install
+	$(PY) bench/run.py
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check broker_runtime
+
+format: $(VENV)/.installed
+	$(VENV)/bin/ruff format broker_runtime tests bench
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf var/ .pytest_cache

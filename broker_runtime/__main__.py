@@ -1,0 +1,63 @@
+"""`python -m broker_runtime --config FILE [--override key=value ...]`: run one broker in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m broker_runtime", description="Run an Odradek broker.")
+    parser.add_argument("--config", help="a Kafka-style .properties file")
+    parser.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="override one setting (repeatable)"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s [%(name)s] %(message)s"
+    )
+
+    from broker_runtime.config import BrokerConfig, ConfigError
+
+    try:
+        config = BrokerConfig.load(args.config, args.override)
+    except ConfigError as exc:
+        print(f"odradek: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"odradek: cannot read configuration: {exc}", file=sys.stderr)
+        return 2
+
+    if config["odradek.event.loop"] == "uvloop":
+        import uvloop
+
+        uvloop.install()
+    try:
+        return asyncio.run(_run(config))
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _run(config) -> int:
+    from broker_runtime.broker import Broker
+
+    broker = Broker(config)
+    try:
+        await broker.start()
+    except OSError as exc:
+        logging.getLogger("broker_runtime").error("cannot start: %s", exc)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

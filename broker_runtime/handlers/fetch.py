@@ -1,0 +1,95 @@
+"""Fetch: read whole batches up to the high watermark; long-poll until min bytes or max wait.
+
+The wait is event-driven: the request parks one future on every partition it reads, and an append (or a
+high-watermark move) wakes it; nothing polls. Fetch sessions (KIP-227) are declined by answering session id 0,
+which tells clients to keep sending full fetch requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from broker_runtime.errors import KafkaError
+from broker_runtime.handlers.context import RequestContext
+from broker_runtime.protocol.messages import make
+
+_ZERO = datetime.timedelta(0)
+READ_COMMITTED = 1
+
+
+async def handle_fetch(ctx: RequestContext, request) -> object:
+    broker = ctx.broker
+    loop = asyncio.get_running_loop()
+    max_wait_s = max(request.max_wait.total_seconds(), 0.0)
+    deadline = loop.time() + max_wait_s
+    while True:
+        response, total_bytes, watched, had_error = _read_once(ctx, request)
+        remaining = deadline - loop.time()
+        if total_bytes >= request.min_bytes or had_error or remaining <= 0 or not watched:
+            return response
+        await broker.replica_manager.wait_for_data(watched, remaining)
+        if loop.time() >= deadline:
+            return _read_once(ctx, request)[0]
+
+
+def _read_once(ctx: RequestContext, request):
+    broker = ctx.broker
+    types = ctx.response_types()
+    rm = broker.replica_manager
+    topics_meta = broker.metadata.topics()
+    remaining = request.max_bytes
+    total = 0
+    watched = []
+    had_error = False
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    topic_responses = []
+    for fetch_topic in request.topics:
+        name = fetch_topic.topic
+        parts = []
+        for fp in fetch_topic.partitions:
+            partition = rm.get_partition(name, fp.partition)
+            try:
+                if partition is None:
+                    if name in topics_meta and fp.partition in topics_meta[name].partitions:
+                        raise KafkaError(ErrorCode.not_leader_or_follower)
+                    raise KafkaError(ErrorCode.unknown_topic_or_partition)
+                partition.require_leader()
+                partition.check_leader_epoch(getattr(fp, "current_leader_epoch", -1))
+                plog = partition.log
+                high_watermark = partition.high_watermark
+                records = b""
+                if fp.fetch_offset < plog.log_start_offset or fp.fetch_offset > plog.log_end_offset:
+                    raise KafkaError(ErrorCode.offset_out_of_range)
+                if fp.fetch_offset < high_watermark and remaining > 0:
+                    records = plog.read(
+                        fp.fetch_offset,
+                        min(fp.partition_max_bytes, remaining),
+                        high_watermark,
+                        min_one_batch=total == 0,
+                    )
+                    remaining -= len(records)
+                    total += len(records)
+                watched.append(partition)
+                parts.append(make(
+                    types.PartitionData, partition_index=fp.partition, error_code=ErrorCode.none,
+                    high_watermark=high_watermark, last_stable_offset=high_watermark,
+                    log_start_offset=plog.log_start_offset,
+                    aborted_transactions=() if read_committed else None,
+                    preferred_read_replica=-1, records=records,
+                ))  # fmt: skip
+            except KafkaError as exc:
+                had_error = True
+                parts.append(make(
+                    types.PartitionData, partition_index=fp.partition, error_code=exc.error_code,
+                    high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+                    aborted_transactions=None, preferred_read_replica=-1, records=None,
+                ))  # fmt: skip
+        topic_responses.append(make(types.FetchableTopicResponse, topic=name, partitions=tuple(parts)))
+    response = make(
+        types.FetchResponse, throttle_time=_ZERO, error_code=ErrorCode.none, session_id=0,
+        responses=tuple(topic_responses),
+    )  # fmt: skip
+    return response, total, watched, had_error

@@ -1,0 +1,78 @@
+"""Metadata: brokers, controller, cluster id, topics and partition leadership; auto-creates topics."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from broker_runtime.errors import KafkaError
+from broker_runtime.handlers.context import RequestContext
+from broker_runtime.protocol.messages import make
+
+_ZERO = datetime.timedelta(0)
+ZERO_UUID = uuid.UUID(int=0)
+
+
+async def handle_metadata(ctx: RequestContext, request) -> object:
+    broker = ctx.broker
+    types = ctx.response_types()
+    topics = broker.metadata.topics()
+    requested = request.topics
+    if requested is None or (ctx.api_version == 0 and not requested):
+        wanted = [(name, None) for name in topics]
+    else:
+        by_id = {t.topic_id: t.name for t in topics.values()}
+        wanted = []
+        for t in requested:
+            name = t.name
+            topic_id = getattr(t, "topic_id", None)
+            if name is None and topic_id not in (None, ZERO_UUID):
+                name = by_id.get(topic_id)
+                wanted.append((name, None if name else ErrorCode.unknown_topic_id))
+            else:
+                wanted.append((name, None))
+    allow_auto_create = getattr(request, "allow_auto_topic_creation", True)
+
+    topic_results = []
+    for name, error in wanted:
+        info = topics.get(name) if name else None
+        if error is None and info is None:
+            error = ErrorCode.unknown_topic_or_partition
+            if allow_auto_create and name:
+                try:
+                    info = broker.maybe_auto_create(name)
+                    error = None if info else ErrorCode.unknown_topic_or_partition
+                except KafkaError as exc:
+                    error = exc.error_code
+        if info is None:
+            topic_results.append(make(
+                types.MetadataResponseTopic, error_code=error, name=name, topic_id=ZERO_UUID,
+                is_internal=False, partitions=(),
+            ))  # fmt: skip
+            continue
+        partitions = tuple(
+            make(
+                types.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=index,
+                leader_id=a.leader, leader_epoch=a.leader_epoch, replica_nodes=tuple(a.replicas),
+                isr_nodes=tuple(a.isr), offline_replicas=(),
+            )
+            for index, a in sorted(info.partitions.items())
+        )  # fmt: skip
+        topic_results.append(make(
+            types.MetadataResponseTopic, error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id,
+            is_internal=info.internal, partitions=partitions,
+        ))  # fmt: skip
+
+    return make(
+        types.MetadataResponse,
+        throttle_time=_ZERO,
+        brokers=tuple(
+            make(types.MetadataResponseBroker, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+            for b in broker.metadata.brokers()
+        ),
+        cluster_id=broker.metadata.cluster_id,
+        controller_id=broker.metadata.controller_id(),
+        topics=tuple(topic_results),
+    )

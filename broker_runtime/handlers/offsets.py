@@ -1,0 +1,115 @@
+"""ListOffsets, OffsetForLeaderEpoch and DeleteRecords: questions and changes about a partition's offsets."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from broker_runtime.errors import KafkaError
+from broker_runtime.handlers.context import RequestContext
+from broker_runtime.protocol.messages import make
+from broker_runtime.replication.partition import Partition
+
+_ZERO = datetime.timedelta(0)
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+def _leader(ctx: RequestContext, topic: str, index: int) -> Partition:
+    partition = ctx.broker.replica_manager.get_partition(topic, index)
+    if partition is None:
+        info = ctx.broker.metadata.topics().get(topic)
+        if info is not None and index in info.partitions:
+            raise KafkaError(ErrorCode.not_leader_or_follower)
+        raise KafkaError(ErrorCode.unknown_topic_or_partition)
+    partition.require_leader()
+    return partition
+
+
+def _list_offset(partition: Partition, timestamp: int) -> tuple[int, int]:
+    """(timestamp, offset) as Kafka answers a ListOffsets query; -1/-1 when no record matches."""
+    plog = partition.log
+    if timestamp == LATEST:
+        return -1, partition.high_watermark
+    if timestamp == EARLIEST:
+        return -1, plog.log_start_offset
+    if timestamp == MAX_TIMESTAMP:
+        found = plog.max_timestamp()
+        return (found[1], found[0]) if found else (-1, -1)
+    found = plog.offset_for_timestamp(timestamp)
+    if found is None or found[0] >= partition.high_watermark:
+        return -1, -1
+    return found[1], found[0]
+
+
+async def handle_list_offsets(ctx: RequestContext, request) -> object:
+    types = ctx.response_types()
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            try:
+                partition = _leader(ctx, t.name, p.partition_index)
+                partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                if p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7:
+                    raise KafkaError(ErrorCode.unsupported_version)
+                timestamp, offset = _list_offset(partition, p.timestamp)
+                parts.append(make(
+                    types.ListOffsetsPartitionResponse, partition_index=p.partition_index, error_code=ErrorCode.none,
+                    timestamp=timestamp, offset=offset, leader_epoch=partition.leader_epoch,
+                ))  # fmt: skip
+            except KafkaError as exc:
+                parts.append(make(
+                    types.ListOffsetsPartitionResponse, partition_index=p.partition_index,
+                    error_code=exc.error_code, timestamp=-1, offset=-1, leader_epoch=-1,
+                ))  # fmt: skip
+        topics.append(make(types.ListOffsetsTopicResponse, name=t.name, partitions=tuple(parts)))
+    return make(types.ListOffsetsResponse, throttle_time=_ZERO, topics=tuple(topics))
+
+
+async def handle_offset_for_leader_epoch(ctx: RequestContext, request) -> object:
+    types = ctx.response_types()
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            try:
+                partition = _leader(ctx, t.topic, p.partition)
+                partition.check_leader_epoch(p.current_leader_epoch)
+                epoch, end_offset = partition.log.end_offset_for_epoch(p.leader_epoch)
+                parts.append(make(
+                    types.EpochEndOffset, error_code=ErrorCode.none, partition=p.partition,
+                    leader_epoch=epoch, end_offset=end_offset,
+                ))  # fmt: skip
+            except KafkaError as exc:
+                parts.append(make(types.EpochEndOffset, error_code=exc.error_code, partition=p.partition))
+        topics.append(make(types.OffsetForLeaderTopicResult, topic=t.topic, partitions=tuple(parts)))
+    return make(types.OffsetForLeaderEpochResponse, throttle_time=_ZERO, topics=tuple(topics))
+
+
+async def handle_delete_records(ctx: RequestContext, request) -> object:
+    types = ctx.response_types()
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            try:
+                partition = _leader(ctx, t.name, p.partition_index)
+                offset = partition.high_watermark if p.offset == -1 else p.offset
+                if offset < 0 or offset > partition.high_watermark:
+                    raise KafkaError(
+                        ErrorCode.offset_out_of_range,
+                        f"offset {offset} is outside [0, high watermark {partition.high_watermark}]",
+                    )
+                low = partition.log.delete_records_before(offset)
+                parts.append(make(
+                    types.DeleteRecordsPartitionResult, partition_index=p.partition_index, low_watermark=low,
+                    error_code=ErrorCode.none,
+                ))  # fmt: skip
+            except KafkaError as exc:
+                parts.append(make(
+                    types.DeleteRecordsPartitionResult, partition_index=p.partition_index, low_watermark=-1,
+                    error_code=exc.error_code,
+                ))  # fmt: skip
+        topics.append(make(types.DeleteRecordsTopicResult, name=t.name, partitions=tuple(parts)))
+    return make(types.DeleteRecordsResponse, throttle_time=_ZERO, topics=tuple(topics))

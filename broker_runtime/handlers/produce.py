@@ -1,0 +1,99 @@
+"""Produce: validate each partition's batch from its header, append it as leader, answer per partition."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from broker_runtime.errors import KafkaError
+from broker_runtime.handlers.context import RequestContext
+from broker_runtime.protocol.messages import make
+from broker_runtime.protocol.records import InvalidRecords, validate_produce_batch
+
+log = logging.getLogger(__name__)
+
+_ZERO = datetime.timedelta(0)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _append_time(ms: int) -> datetime.datetime | None:
+    return None if ms < 0 else _EPOCH + datetime.timedelta(milliseconds=ms)
+
+
+async def handle_produce(ctx: RequestContext, request) -> object:
+    broker = ctx.broker
+    types = ctx.response_types()
+    acks = request.acks
+    timeout_ms = int(request.timeout.total_seconds() * 1000)
+    topics_meta = broker.metadata.topics()
+    pending: list[tuple[str, int, object, object]] = []  # (topic, index, AppendResult | KafkaError, wait | None)
+
+    for topic_data in request.topic_data:
+        name = topic_data.name
+        topic = topics_meta.get(name)
+        for part in topic_data.partition_data:
+            try:
+                if acks not in (0, 1, -1):
+                    raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, got {acks}")
+                partition = broker.replica_manager.get_partition(name, part.index)
+                if topic is None or part.index not in topic.partitions:
+                    raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{name}-{part.index} does not exist")
+                if partition is None:
+                    raise KafkaError(ErrorCode.not_leader_or_follower, f"{name}-{part.index} is not hosted here")
+                if topic.internal:
+                    raise KafkaError(ErrorCode.invalid_topic_exception, f"cannot append to internal topic {name}")
+                if request.transactional_id is not None:
+                    raise KafkaError(
+                        ErrorCode.transactional_id_authorization_failed,
+                        "transactions are not supported by this broker yet",
+                    )
+                if part.records is None:
+                    raise KafkaError(ErrorCode.invalid_record, "no records")
+                batch = bytearray(part.records)
+                header = validate_produce_batch(batch, partition.log.config.max_message_bytes)
+                partition, result = broker.replica_manager.append_local(name, part.index, batch, header, acks=acks)
+                wait = None
+                if acks == -1:
+                    wait = broker.replica_manager.wait_for_replication(partition, result, timeout_ms)
+                pending.append((name, part.index, result, wait))
+            except InvalidRecords as exc:
+                pending.append((name, part.index, KafkaError(exc.error_code, exc.message), None))
+            except KafkaError as exc:
+                pending.append((name, part.index, exc, None))
+
+    results = {}
+    for name, index, outcome, wait in pending:
+        if wait is not None:
+            try:
+                await wait
+            except KafkaError as exc:
+                outcome = exc
+        results.setdefault(name, []).append((index, outcome))
+
+    if acks == 0:
+        return None
+    return make(
+        types.ProduceResponse,
+        throttle_time=_ZERO,
+        responses=tuple(
+            make(types.TopicProduceResponse, name=name, partition_responses=tuple(
+                _partition_response(types, index, outcome) for index, outcome in parts
+            ))
+            for name, parts in results.items()
+        ),
+    )  # fmt: skip
+
+
+def _partition_response(types, index: int, outcome) -> object:
+    if isinstance(outcome, KafkaError):
+        return make(
+            types.PartitionProduceResponse, index=index, error_code=outcome.error_code, base_offset=-1,
+            log_append_time=None, log_start_offset=-1, record_errors=(), error_message=outcome.message,
+        )  # fmt: skip
+    return make(
+        types.PartitionProduceResponse, index=index, error_code=ErrorCode.none, base_offset=outcome.base_offset,
+        log_append_time=_append_time(outcome.log_append_time), log_start_offset=outcome.log_start_offset,
+        record_errors=(), error_message=None,
+    )  # fmt: skip

@@ -1,0 +1,39 @@
+"""The one dispatch table: API key -> handler, and the versions advertised for it."""
+
+from __future__ import annotations
+
+from broker_runtime.handlers.api_versions import handle_api_versions
+from broker_runtime.handlers.cluster import handle_describe_cluster, handle_describe_log_dirs, handle_init_producer_id
+from broker_runtime.handlers.configs import (
+    handle_alter_configs,
+    handle_describe_configs,
+    handle_incremental_alter_configs,
+)
+from broker_runtime.handlers.fetch import handle_fetch
+from broker_runtime.handlers.metadata import handle_metadata
+from broker_runtime.handlers.offsets import handle_delete_records, handle_list_offsets, handle_offset_for_leader_epoch
+from broker_runtime.handlers.produce import handle_produce
+from broker_runtime.handlers.topics import handle_create_partitions, handle_create_topics, handle_delete_topics
+from broker_runtime.protocol.apis import CORE_API_VERSIONS, ApiKey
+
+HANDLERS = {
+    ApiKey.PRODUCE: handle_produce,
+    ApiKey.FETCH: handle_fetch,
+    ApiKey.LIST_OFFSETS: handle_list_offsets,
+    ApiKey.METADATA: handle_metadata,
+    ApiKey.API_VERSIONS: handle_api_versions,
+    ApiKey.CREATE_TOPICS: handle_create_topics,
+    ApiKey.DELETE_TOPICS: handle_delete_topics,
+    ApiKey.DELETE_RECORDS: handle_delete_records,
+    ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+    ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
+    ApiKey.ALTER_CONFIGS: handle_alter_configs,
+    ApiKey.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
+    ApiKey.CREATE_PARTITIONS: handle_create_partitions,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
+}
+VERSIONS = dict(CORE_API_VERSIONS)
+
+assert set(HANDLERS) == set(VERSIONS), "every advertised API needs a handler"

@@ -1,0 +1,161 @@
+"""Sans-I/O framing: bytes in, requests out; responses in, bytes out. No sockets, no asyncio.
+
+A Kafka frame is a 4-byte big-endian size followed by that many bytes. A request starts with a header
+(api key, api version, correlation id, client id, and tagged fields when the request version is flexible);
+the body is decoded with `kio`. Anything that does not parse raises `FrameError`, and the connection that
+sent it is closed: Kafka does the same, because a client that sent one bad frame has lost sync.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+_SIZE = struct.Struct(">i")
+_HEADER_FIXED = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
+_CORRELATION = struct.Struct(">i")
+
+
+class FrameError(Exception):
+    """The byte stream cannot be understood; the connection must be closed."""
+
+
+class UnsupportedVersion(FrameError):
+    """A known API at a version this broker does not serve."""
+
+    def __init__(self, header: RequestHeader, message: str) -> None:
+        super().__init__(message)
+        self.header = header
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+class FrameDecoder:
+    """Accumulates received bytes and splits them into frames."""
+
+    __slots__ = ("_buf", "_max_size")
+
+    def __init__(self, max_size: int) -> None:
+        self._buf = bytearray()
+        self._max_size = max_size
+
+    def feed(self, data: bytes) -> list[memoryview]:
+        buf = self._buf
+        buf += data
+        frames = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 0 or size > self._max_size:
+                raise FrameError(f"frame of {size} bytes is outside 0..socket.request.max.bytes ({self._max_size})")
+            if end - pos - 4 < size:
+                break
+            frames.append(memoryview(bytes(buf[pos + 4 : pos + 4 + size])))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+
+def _read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise FrameError("truncated varint in request header")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise FrameError("varint too long in request header")
+
+
+@cache
+def request_class(api_key: int, api_version: int) -> Any:
+    return load_request_schema(api_key, api_version)
+
+
+@cache
+def response_class(api_key: int, api_version: int) -> Any:
+    return load_response_schema(api_key, api_version)
+
+
+@cache
+def _reader(cls: Any) -> Any:
+    return entity_reader(cls)
+
+
+@cache
+def _writer(cls: Any) -> Any:
+    return entity_writer(cls)
+
+
+def parse_header(frame: memoryview) -> tuple[RequestHeader, int]:
+    """Return the header and where the body starts (tagged fields skipped for flexible versions)."""
+    if len(frame) < _HEADER_FIXED.size:
+        raise FrameError(f"frame of {len(frame)} bytes is too short for a request header")
+    api_key, api_version, correlation_id, client_id_len = _HEADER_FIXED.unpack_from(frame, 0)
+    pos = _HEADER_FIXED.size
+    client_id = None
+    if client_id_len >= 0:
+        if pos + client_id_len > len(frame):
+            raise FrameError("client id runs past the end of the frame")
+        client_id = bytes(frame[pos : pos + client_id_len]).decode("utf-8", "replace")
+        pos += client_id_len
+    return RequestHeader(api_key, api_version, correlation_id, client_id), pos
+
+
+def decode_body(header: RequestHeader, frame: memoryview, pos: int) -> Any:
+    """Decode the request body with kio; raises FrameError on anything malformed."""
+    try:
+        cls = request_class(header.api_key, header.api_version)
+    except (UnknownAPIKey, UnknownEntity) as exc:
+        raise UnsupportedVersion(header, f"api {header.api_key} v{header.api_version} is not supported") from exc
+    if cls.__flexible__:
+        count, pos = _read_uvarint(frame, pos)
+        for _ in range(count):
+            _, pos = _read_uvarint(frame, pos)
+            size, pos = _read_uvarint(frame, pos)
+            pos += size
+        if pos > len(frame):
+            raise FrameError("request header tagged fields run past the end of the frame")
+    try:
+        body, size = _reader(cls)(frame, pos)
+    except Exception as exc:  # kio raises assorted errors on malformed input
+        raise FrameError(f"malformed {cls.__name__} v{header.api_version}: {exc!r}") from exc
+    if pos + size != len(frame):
+        raise FrameError(f"{len(frame) - pos - size} trailing bytes after {cls.__name__} v{header.api_version}")
+    return body
+
+
+def encode_response(correlation_id: int, response: Any, *, header_v0: bool = False) -> bytes:
+    """Frame a kio response: size, correlation id, tagged fields (flexible, except ApiVersions), body."""
+    out = io.BytesIO()
+    out.write(b"\x00\x00\x00\x00")
+    out.write(_CORRELATION.pack(correlation_id))
+    if response.__flexible__ and not header_v0:
+        out.write(b"\x00")
+    _writer(type(response))(out, response)
+    data = out.getbuffer()
+    _SIZE.pack_into(data, 0, len(data) - 4)
+    del data
+    return out.getvalue()

@@ -1,0 +1,133 @@
+"""The partitions this broker hosts, the append path, and waiting for data."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+
+from kio.schema.errors import ErrorCode
+
+from broker_runtime.errors import KafkaError
+from broker_runtime.log.partition_log import AppendResult
+from broker_runtime.protocol.records import BatchHeader
+from broker_runtime.replication.partition import Partition
+
+log = logging.getLogger(__name__)
+
+LeadershipListener = Callable[[str, int, bool, int], None]
+
+
+class ReplicaManager:
+    def __init__(self, broker_id: int, clock, min_insync_replicas: Callable[[str], int]) -> None:
+        self.broker_id = broker_id
+        self._clock = clock
+        self._min_insync = min_insync_replicas
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._listeners: list[LeadershipListener] = []
+
+    # --- partitions ---------------------------------------------------------------------------------------
+
+    def get_partition(self, topic: str, index: int) -> Partition | None:
+        return self._partitions.get((topic, index))
+
+    def partitions(self) -> Iterable[Partition]:
+        return self._partitions.values()
+
+    def add_partition(self, partition: Partition) -> None:
+        self._partitions[(partition.topic, partition.index)] = partition
+        partition.maybe_advance_high_watermark()
+        if partition.is_leader:
+            self._notify(partition.topic, partition.index, True, partition.leader_epoch)
+
+    def remove_partition(self, topic: str, index: int) -> Partition | None:
+        partition = self._partitions.pop((topic, index), None)
+        if partition is not None:
+            partition.wake_waiters()
+            if partition.is_leader:
+                self._notify(topic, index, False, partition.leader_epoch)
+        return partition
+
+    def add_leadership_listener(self, fn: LeadershipListener) -> None:
+        self._listeners.append(fn)
+        for p in self._partitions.values():
+            if p.is_leader:
+                fn(p.topic, p.index, True, p.leader_epoch)
+
+    def _notify(self, topic: str, index: int, is_leader: bool, epoch: int) -> None:
+        for fn in self._listeners:
+            try:
+                fn(topic, index, is_leader, epoch)
+            except Exception:
+                log.exception("leadership listener failed for %s-%d", topic, index)
+
+    def high_watermarks(self) -> dict[tuple[str, int], int]:
+        return {key: p.high_watermark for key, p in self._partitions.items()}
+
+    # --- append -------------------------------------------------------------------------------------------
+
+    def leader_partition(self, topic: str, index: int) -> Partition:
+        partition = self._partitions.get((topic, index))
+        if partition is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition)
+        partition.require_leader()
+        return partition
+
+    def append_local(
+        self, topic: str, index: int, batch: bytearray, header: BatchHeader, *, acks: int
+    ) -> tuple[Partition, AppendResult]:
+        """Append one validated batch as leader, synchronously, so that pipelined produce requests from one
+        connection are appended in arrival order."""
+        partition = self.leader_partition(topic, index)
+        if acks == -1 and len(partition.isr) < self._min_insync(topic):
+            raise KafkaError(
+                ErrorCode.not_enough_replicas,
+                f"{len(partition.isr)} in-sync replicas, below min.insync.replicas {self._min_insync(topic)}",
+            )
+        result = partition.log.append_as_leader(batch, header, partition.leader_epoch, self._clock.time_ms())
+        partition.maybe_advance_high_watermark()
+        return partition, result
+
+    async def wait_for_replication(self, partition: Partition, result: AppendResult, timeout_ms: int) -> None:
+        """acks=-1: return once the high watermark covers the appended batch."""
+        if partition.high_watermark <= result.last_offset:
+            await self._wait_for_high_watermark(partition, result.last_offset + 1, timeout_ms)
+
+    async def append(
+        self, topic: str, index: int, batch: bytearray, header: BatchHeader, *, acks: int, timeout_ms: int
+    ) -> AppendResult:
+        partition, result = self.append_local(topic, index, batch, header, acks=acks)
+        if acks == -1:
+            await self.wait_for_replication(partition, result, timeout_ms)
+        return result
+
+    async def _wait_for_high_watermark(self, partition: Partition, offset: int, timeout_ms: int) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while partition.high_watermark < offset:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise KafkaError(ErrorCode.request_timed_out, "timed out waiting for in-sync replicas")
+            future = loop.create_future()
+            partition.add_waiter(future)
+            try:
+                await asyncio.wait_for(future, remaining)
+            except TimeoutError:
+                pass
+            finally:
+                partition.remove_waiter(future)
+
+    async def wait_for_data(self, partitions: Iterable[Partition], timeout_s: float) -> None:
+        """Return when any of the partitions gets new data (or its high watermark moves), or on timeout."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        watched = list(partitions)
+        for p in watched:
+            p.add_waiter(future)
+        try:
+            await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            for p in watched:
+                p.remove_waiter(future)
