@@ -155,6 +155,25 @@ def _throttled_replicas(v: Any) -> str | None:
     return None
 
 
+_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?(-IV\d+)?$")
+
+
+def _version(v: Any) -> str | None:
+    # MetadataVersionValidator, loosely: 0.10.2, 2.8, 3.0-IV1 ...
+    if v is None or _VERSION_RE.match(v):
+        return None
+    return "is not a Kafka version such as 3.0 or 3.0-IV1"
+
+
+def _empty_only(what: str) -> Validator:
+    def check(v: Any) -> str | None:
+        if not v:
+            return None
+        return f"is not supported: Odradek has no {what}"
+
+    return check
+
+
 def _fmt_number(x: float) -> str:
     if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
         return str(int(x))
@@ -334,6 +353,14 @@ _BROKER_DEFS: list[ConfigDef] = [
     _d("reserved.broker.max.id", INT, 1000, "Largest broker id that may be configured; generated ids start above "
        "it.", at_least(0)),
     _d("broker.rack", STR, None, "Rack of the broker, used for rack-aware replica assignment."),
+    _d("inter.broker.protocol.version", STR, "3.0-IV1", "Inter-broker protocol version (Odradek speaks the "
+       "3.0 protocol; the value is checked for form and otherwise unused).", _version, unused=True),
+    _d("authorizer.class.name", STR, "", "Authorizer class. Odradek has no authorization; must stay empty.",
+       _empty_only("authorizer")),
+    _d("create.topic.policy.class.name", CLASS, None, "CreateTopics policy. Unsupported; must stay unset.",
+       _empty_only("pluggable topic policies")),
+    _d("alter.config.policy.class.name", CLASS, None, "AlterConfigs policy. Unsupported; must stay unset.",
+       _empty_only("pluggable config policies")),
     _d("listeners", STR, "PLAINTEXT://:9092", "Comma-separated listener URIs NAME://host:port the broker binds. "
        "An empty host binds all interfaces. (Read-only in Odradek.)", _non_empty_string),
     _d("advertised.listeners", STR, None, "Listeners handed to clients in Metadata responses, if different from "
@@ -402,6 +429,11 @@ _BROKER_DEFS: list[ConfigDef] = [
        "(CreateTime) or the broker's append time (LogAppendTime).", one_of(*TIMESTAMP_TYPES), dynamic=True),
     _d("log.message.timestamp.before.max.ms", LONG, LONG_MAX, "Max allowed distance of a CreateTime timestamp "
        "into the past.", at_least(0), dynamic=True),
+    _d("log.message.timestamp.difference.max.ms", LONG, LONG_MAX, "Deprecated (Kafka 3.6): max difference "
+       "between a CreateTime timestamp and the broker's clock; used for before/after when those are at their "
+       "default.", at_least(0), dynamic=True),
+    _d("log.message.format.version", STR, "3.0-IV1", "Deprecated message format version; checked for form and "
+       "otherwise unused (Odradek writes record batch v2 only).", _version, dynamic=True, unused=True),
     _d("log.message.timestamp.after.max.ms", LONG, LONG_MAX, "Max allowed distance of a CreateTime timestamp "
        "into the future.", at_least(0), dynamic=True),
     _d("log.message.downconversion.enable", BOOL, True, "Down-convert batches for old fetchers." + UNUSED,
@@ -455,6 +487,13 @@ _BROKER_DEFS: list[ConfigDef] = [
     _d("connections.max.idle.ms", LONG, 600000, "Idle connections are closed after this long."),
     _d("max.connections", INT, INT_MAX, "Max connections on the broker.", at_least(0), dynamic=True),
     _d("max.connections.per.ip", INT, INT_MAX, "Max connections from one IP.", at_least(0), dynamic=True),
+    _d("max.connections.per.ip.overrides", STR, "", "Per-IP or hostname overrides of max.connections.per.ip, "
+       "as host:count,...", dynamic=True),
+    _d("max.connection.creation.rate", INT, INT_MAX, "Max new connections per second.", at_least(0),
+       dynamic=True),
+    _d("queued.max.request.bytes", LONG, -1, "Max bytes of queued requests before reading stops; -1 = no "
+       "limit."),
+    _d("request.timeout.ms", INT, 30000, "Timeout of the broker's own client requests (inter-broker)."),
     _d("fetch.max.bytes", INT, 57671680, "Max bytes returned by one Fetch response.", at_least(1024)),
     _d("max.incremental.fetch.session.cache.slots", INT, 1000, "Max incremental fetch sessions.", at_least(0)),
     _d("fetch.purgatory.purge.interval.requests", INT, 1000, "Fetch purgatory purge interval." + UNUSED,
@@ -517,7 +556,9 @@ _BROKER_DEFS: list[ConfigDef] = [
     _d("replica.socket.receive.buffer.bytes", INT, 65536, "SO_RCVBUF of follower fetches."),
     _d("replica.high.watermark.checkpoint.interval.ms", LONG, 5000, "How often high watermarks are "
        "checkpointed."),
-    _d("replica.selector.class", CLASS, None, "Follower fetching (KIP-392)." + UNUSED),
+    _d("num.replica.alter.log.dirs.threads", INT, None, "Threads moving replicas between log dirs." + UNUSED,
+       unused=True),
+    _d("replica.selector.class", STR, None, "Follower fetching (KIP-392)." + UNUSED),
     _d("num.replica.fetchers", INT, 1, "Fetcher tasks per source broker.", dynamic=True),
     _d("unclean.leader.election.enable", BOOL, False, "Allow an out-of-ISR replica to become leader (may lose "
        "data).", dynamic=True),
@@ -580,6 +621,11 @@ _TOPIC_DEFS: list[ConfigDef] = [
        synonyms=("log.message.downconversion.enable",)),
     _d("message.timestamp.after.max.ms", LONG, LONG_MAX, "Max distance of a CreateTime timestamp into the "
        "future.", at_least(0), synonyms=("log.message.timestamp.after.max.ms",)),
+    _d("message.format.version", STR, "3.0-IV1", "Deprecated; checked for form and otherwise unused (batches "
+       "are always v2).", _version, synonyms=("log.message.format.version",)),
+    _d("message.timestamp.difference.max.ms", LONG, LONG_MAX, "Deprecated: max difference between a "
+       "CreateTime timestamp and the broker's clock; used for before/after when those are at their default.",
+       at_least(0), synonyms=("log.message.timestamp.difference.max.ms",)),
     _d("message.timestamp.before.max.ms", LONG, LONG_MAX, "Max distance of a CreateTime timestamp into the past.",
        at_least(0), synonyms=("log.message.timestamp.before.max.ms",)),
     _d("message.timestamp.type", STR, "CreateTime", "CreateTime or LogAppendTime.", one_of(*TIMESTAMP_TYPES),
@@ -590,6 +636,8 @@ _TOPIC_DEFS: list[ConfigDef] = [
        synonyms=("log.cleaner.min.compaction.lag.ms",)),
     _d("min.insync.replicas", INT, 1, "Min ISR size for acks=all.", at_least(1), synonyms=("min.insync.replicas",)),
     _d("preallocate", BOOL, False, "Preallocate segment files." + UNUSED, synonyms=("log.preallocate",)),
+    _d("remote.log.copy.disable", BOOL, False, "Tiered storage copy switch. Unsupported." + UNUSED),
+    _d("remote.log.delete.on.disable", BOOL, False, "Tiered storage cleanup switch. Unsupported." + UNUSED),
     _d("remote.storage.enable", BOOL, False, "Tiered storage; Odradek does not support it (must be false)."),
     _d("retention.bytes", LONG, -1, "Max size of each partition before old segments are deleted; -1 = no limit.",
        synonyms=("log.retention.bytes",)),
@@ -609,7 +657,7 @@ _TOPIC_DEFS: list[ConfigDef] = [
 
 # fmt: on
 
-TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _TOPIC_DEFS}
+TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in sorted(_TOPIC_DEFS, key=lambda d: d.name)}
 
 # Broker keys whose value is in a different unit from their topic / resolved counterpart (factor to ms).
 _TO_MS = {
@@ -1036,9 +1084,55 @@ class BrokerConfig:
                     "advertised.listeners",
                 )
         ibl = self.raw("inter.broker.listener.name")
-        if ibl and ibl.upper() not in names:
+        if ibl and ibl.upper() not in {x.name for x in advertised}:
             raise ConfigError(
-                f"inter.broker.listener.name: {ibl} is not one of the listeners", "inter.broker.listener.name"
+                f"inter.broker.listener.name: {ibl} is not one of the advertised listeners",
+                "inter.broker.listener.name",
+            )
+        if not ibl:
+            proto = self.raw("security.inter.broker.protocol")
+            if not any(x.security_protocol == proto for x in advertised):
+                raise ConfigError(
+                    f"security.inter.broker.protocol: no advertised listener uses {proto}; set "
+                    "inter.broker.listener.name or add such a listener",
+                    "security.inter.broker.protocol",
+                )
+        roll_ms = self["log.roll.ms"]
+        if roll_ms < 1:
+            raise ConfigError(f"log.roll.ms: {roll_ms} must be at least 1", "log.roll.ms")
+        jitter_ms = self["log.roll.jitter.ms"]
+        if jitter_ms < 0:
+            raise ConfigError(f"log.roll.jitter.ms: {jitter_ms} must be at least 0", "log.roll.jitter.ms")
+        retention_ms = self["log.retention.ms"]
+        if retention_ms == 0:
+            hit = self._chain(broker_config_synonyms("log.retention.ms"))
+            key = hit[0] if hit else "log.retention.ms"
+            raise ConfigError(f"{key}: 0 is invalid; retention must be -1 (unlimited) or at least 1 ms", key)
+        threads = self.raw("log.cleaner.threads")
+        if threads > 0 and self.raw("log.cleaner.dedupe.buffer.size") / threads <= 1024 * 1024:
+            raise ConfigError(
+                "log.cleaner.dedupe.buffer.size: must be at least 1MB per cleaner thread",
+                "log.cleaner.dedupe.buffer.size",
+            )
+        wait = self.raw("replica.fetch.wait.max.ms")
+        if wait > self.raw("replica.socket.timeout.ms"):
+            raise ConfigError(
+                f"replica.fetch.wait.max.ms: {wait} is greater than replica.socket.timeout.ms "
+                f"{self.raw('replica.socket.timeout.ms')}",
+                "replica.fetch.wait.max.ms",
+            )
+        if wait > self.raw("replica.lag.time.max.ms"):
+            raise ConfigError(
+                f"replica.fetch.wait.max.ms: {wait} is greater than replica.lag.time.max.ms "
+                f"{self.raw('replica.lag.time.max.ms')} (followers would drop out of the ISR)",
+                "replica.fetch.wait.max.ms",
+            )
+        queued = self.raw("queued.max.request.bytes")
+        if 0 < queued < self.raw("socket.request.max.bytes"):
+            raise ConfigError(
+                f"queued.max.request.bytes: {queued} is less than socket.request.max.bytes "
+                f"{self.raw('socket.request.max.bytes')}",
+                "queued.max.request.bytes",
             )
         if self.raw("remote.log.storage.system.enable"):
             raise ConfigError(
@@ -1079,29 +1173,40 @@ class BrokerConfig:
         d = self._check_dynamic_key(key, cluster_default)
         return None if value is None else d.parse(value)
 
-    def set_dynamic(self, key: str, value: str | None, *, cluster_default: bool = False) -> None:
-        """Set (or with None, remove) a dynamic broker config: per broker, or the cluster-wide default."""
+    def set_dynamic(
+        self, key: str, value: str | None, *, cluster_default: bool = False, validate_only: bool = False
+    ) -> None:
+        """Set (or with None, remove) a dynamic broker config: per broker, or the cluster-wide default.
+        With validate_only, every check (including cross-key ones) runs but nothing changes."""
         parsed = self.validate_dynamic(key, value, cluster_default=cluster_default)
         layer = self._dynamic_default if cluster_default else self._dynamic
-        old = layer.get(key)
-        if parsed is None:
-            layer.pop(key, None)
-        else:
-            layer[key] = parsed
+        had, old = key in layer, layer.get(key)
+
+        def put(present: bool, v: Any) -> None:
+            if present:
+                layer[key] = v
+            else:
+                layer.pop(key, None)
+
+        put(parsed is not None, parsed)
         try:
             self._validate()
         except ConfigError:
-            if old is None:
-                layer.pop(key, None)
-            else:
-                layer[key] = old
+            put(had, old)
             raise
-        for cb in list(self._listeners_cb):
-            cb(key)
+        if validate_only:
+            put(had, old)
+            return
+        if old != parsed:
+            for cb in list(self._listeners_cb):
+                cb(key)
 
-    def replace_dynamic(self, configs: Mapping[str, str], *, cluster_default: bool = False) -> None:
+    def replace_dynamic(
+        self, configs: Mapping[str, str | None], *, cluster_default: bool = False, validate_only: bool = False
+    ) -> None:
         """Replace the whole dynamic set (legacy AlterConfigs, or loading /config/brokers at startup).
-        All-or-nothing: validates every entry before applying any."""
+        All-or-nothing: validates every entry (and the cross-key checks) before applying any.
+        None values are dropped."""
         parsed = {k: self.validate_dynamic(k, v, cluster_default=cluster_default) for k, v in configs.items()}
         parsed = {k: v for k, v in parsed.items() if v is not None}
         layer_name = "_dynamic_default" if cluster_default else "_dynamic"
@@ -1112,7 +1217,10 @@ class BrokerConfig:
         except ConfigError:
             setattr(self, layer_name, old)
             raise
-        for key in set(old) | set(parsed):
+        if validate_only:
+            setattr(self, layer_name, old)
+            return
+        for key in sorted(set(old) | set(parsed)):
             if old.get(key) != parsed.get(key):
                 for cb in list(self._listeners_cb):
                     cb(key)
@@ -1211,6 +1319,16 @@ def validate_topic_configs(
     return out
 
 
+def message_timestamp_bounds(effective: Mapping[str, str]) -> tuple[int, int]:
+    """(before_max_ms, after_max_ms) a CreateTime timestamp may differ from the broker clock, from effective
+    topic configs. Like Kafka 3.6+, the deprecated message.timestamp.difference.max.ms applies to a side whose
+    own setting is still Long.MAX."""
+    diff = int(effective.get("message.timestamp.difference.max.ms", LONG_MAX))
+    before = int(effective.get("message.timestamp.before.max.ms", LONG_MAX))
+    after = int(effective.get("message.timestamp.after.max.ms", LONG_MAX))
+    return (diff if before == LONG_MAX else before, diff if after == LONG_MAX else after)
+
+
 def _broker_synonyms_for(
     cfg: BrokerConfig, name: str, names: list[str], *, per_broker: bool = True
 ) -> list[ConfigSynonym]:
@@ -1291,7 +1409,7 @@ def describe_broker_configs(
     """DescribeConfigs for a BROKER resource. With cluster_default (resource name ""), only the dynamic
     cluster-wide defaults are described, as Kafka does."""
     cfg = broker_config
-    pool = list(cfg._dynamic_default) if cluster_default else list(BROKER_CONFIG_DEFS)
+    pool = sorted(cfg._dynamic_default) if cluster_default else sorted(BROKER_CONFIG_DEFS)
     wanted = pool if names is None else [n for n in names if n in pool]
     entries: list[ConfigEntry] = []
     for name in wanted:

@@ -698,3 +698,149 @@ def test_defs_are_consistent():
         assert d.doc, d.name
         if d.default is not None:
             assert d.parse(d.format(d.default)) == d.default, d.name
+
+
+# ---------------------------------------------------------------------------------------------- more checks
+
+
+def test_key_without_value_and_latin1_file(tmp_path):
+    assert parse_properties("lonely\nx:\n") == {"lonely": "", "x": ""}
+    p = tmp_path / "latin1.properties"
+    p.write_bytes("broker.rack=r\xe9gion\n".encode("latin-1"))
+    assert BrokerConfig.load(str(p), [])["broker.rack"] == "r\xe9gion"
+
+
+def test_kafka_sample_with_listeners_uncommented(tmp_path):
+    text = KAFKA_SAMPLE.replace("#listeners=", "listeners=").replace(
+        "#advertised.listeners=", "advertised.listeners="
+    )
+    c = load(text, tmp_path)
+    assert [(x.host, x.port) for x in c.advertised_listeners] == [("your.host.name", 9092)]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "message"),
+    [
+        (["log.retention.ms=0"], "log.retention.ms", "0 is invalid"),
+        (["log.retention.hours=0"], "log.retention.hours", "0 is invalid"),
+        (["log.roll.ms=0"], "log.roll.ms", "must be at least 1"),
+        (
+            ["log.cleaner.dedupe.buffer.size=1048576"],
+            "log.cleaner.dedupe.buffer.size",
+            "1MB per cleaner thread",
+        ),
+        (["replica.fetch.wait.max.ms=40000"], "replica.fetch.wait.max.ms", "replica.socket.timeout.ms"),
+        (
+            ["replica.fetch.wait.max.ms=20000", "replica.lag.time.max.ms=10000"],
+            "replica.fetch.wait.max.ms",
+            "replica.lag.time.max.ms",
+        ),
+        (["queued.max.request.bytes=10"], "queued.max.request.bytes", "socket.request.max.bytes"),
+        (["inter.broker.listener.name=OTHER"], "inter.broker.listener.name", "not one of the advertised"),
+        (
+            ["security.inter.broker.protocol=SSL"],
+            "security.inter.broker.protocol",
+            "no advertised listener uses SSL",
+        ),
+        (
+            ["authorizer.class.name=kafka.security.authorizer.AclAuthorizer"],
+            "authorizer.class.name",
+            "no authorizer",
+        ),
+        (["inter.broker.protocol.version=three"], "inter.broker.protocol.version", "is not a Kafka version"),
+        (["remote.log.storage.system.enable=true"], "remote.log.storage.system.enable", "tiered storage"),
+        (
+            ["log.cleaner.min.compaction.lag.ms=10", "log.cleaner.max.compaction.lag.ms=5"],
+            "log.cleaner.min.compaction.lag.ms",
+            "greater than",
+        ),
+    ],
+)
+def test_cross_key_checks(overrides, key, message):
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig.load(None, overrides)
+    assert message in str(e.value)
+    assert e.value.key == key
+    assert str(e.value).startswith(key)
+
+
+def test_accepted_versions():
+    c = BrokerConfig.load(
+        None, ["inter.broker.protocol.version=2.8", "log.message.format.version=0.10.2-IV0"]
+    )
+    assert c["inter.broker.protocol.version"] == "2.8"
+
+
+def test_validate_only_changes_nothing():
+    c = cfg()
+    seen: list[str] = []
+    c.add_change_listener(seen.append)
+    c.set_dynamic("message.max.bytes", "10", validate_only=True)
+    c.replace_dynamic({"message.max.bytes": "10"}, validate_only=True)
+    assert c.dynamic_configs() == {}
+    assert c["message.max.bytes"] == 1048588
+    assert seen == []
+    with pytest.raises(ConfigError):
+        c.set_dynamic("log.cleaner.dedupe.buffer.size", "1024", validate_only=True)
+    c.replace_dynamic({"message.max.bytes": "10", "log.retention.ms": "5"})
+    assert seen == ["log.retention.ms", "message.max.bytes"]
+    c.set_dynamic("message.max.bytes", "10")  # unchanged: no notification
+    assert seen == ["log.retention.ms", "message.max.bytes"]
+
+
+def test_cluster_default_dynamic_cross_check():
+    c = cfg()
+    with pytest.raises(ConfigError, match=r"1MB per cleaner thread"):
+        c.set_dynamic("log.cleaner.threads", "200", cluster_default=True)
+    assert c.dynamic_configs(cluster_default=True) == {}
+
+
+def test_message_timestamp_bounds():
+    from broker_runtime.config import message_timestamp_bounds
+
+    c = cfg()
+    assert message_timestamp_bounds(c.effective_topic_config({})) == (LONG_MAX, LONG_MAX)
+    eff = c.effective_topic_config({"message.timestamp.difference.max.ms": "1000"})
+    assert message_timestamp_bounds(eff) == (1000, 1000)
+    eff = c.effective_topic_config(
+        {"message.timestamp.difference.max.ms": "1000", "message.timestamp.after.max.ms": "5"}
+    )
+    assert message_timestamp_bounds(eff) == (1000, 5)
+
+
+def test_java_double_format():
+    from broker_runtime.config import format_value
+
+    cases = {
+        0.5: "0.5",
+        1.0: "1.0",
+        0.0: "0.0",
+        0.001: "0.001",
+        1e-4: "1.0E-4",
+        1e7: "1.0E7",
+        123456789.5: "1.234567895E8",
+        9999999.0: "9999999.0",
+        1.7976931348623157e308: "1.7976931348623157E308",
+    }
+    for value, expected in cases.items():
+        assert format_value(ConfigType.DOUBLE, value) == expected, value
+
+
+def test_describe_orders_by_name():
+    names = [e.name for e in describe_broker_configs(cfg())]
+    assert names == sorted(names)
+    names = [e.name for e in describe_topic_configs(cfg(), {})]
+    assert names == sorted(names)
+
+
+def test_describe_topic_override_of_key_without_broker_synonym():
+    entries = _by_name(
+        describe_topic_configs(cfg(), {"leader.replication.throttled.replicas": "0:1"}, include_synonyms=True)
+    )
+    e = entries["leader.replication.throttled.replicas"]
+    assert (e.value, e.source) == ("0:1", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    assert e.synonyms == [
+        ConfigSynonym("leader.replication.throttled.replicas", "0:1", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    ]
+    e = entries["follower.replication.throttled.replicas"]
+    assert (e.value, e.source, e.synonyms) == ("", ConfigSource.DEFAULT_CONFIG, [])
