@@ -46,7 +46,7 @@ async def handle_create_topics(ctx: RequestContext, request) -> object:
                     make(types.CreatableTopicConfigs, name=e.name, value=e.value, read_only=e.read_only,
                          config_source=e.source, is_sensitive=e.is_sensitive)
                     for e in entries
-                ),
+                ) if hasattr(types, "CreatableTopicConfigs") else (),
             ))  # fmt: skip
         except KafkaError as exc:
             results.append(make(
