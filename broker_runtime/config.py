@@ -26,12 +26,19 @@ Deliberate choices (Odradek):
 * Unknown keys are an error (Kafka only logs a warning), with the closest known key suggested.
 * ``listeners`` and ``advertised.listeners`` are read-only here (Kafka allows per-broker dynamic updates).
 * Thread-count and socket-tuning keys (``num.network.threads``, ``num.io.threads``...) are accepted so that a
-  Kafka ``server.properties`` loads, and documented as unused.
+  Kafka ``server.properties`` loads, and documented as unused (``ConfigDef.unused``).
+* Listeners must be PLAINTEXT. Kafka key families Odradek does not implement (``ssl.*``, ``sasl.*``,
+  ``listener.name.*``, KRaft's ``process.roles``/``controller.quorum.*``, tiered storage, metric reporters) are
+  rejected with a message saying so rather than "unknown".
+* DescribeConfigs follows Kafka's ConfigHelper exactly, including its quirk: a topic config's broker synonyms
+  are listed from the first synonym name on, so ``retention.ms`` shows no synonym (and source DEFAULT_CONFIG)
+  while only ``log.retention.hours`` is set — the *value* is still the resolved one.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -787,7 +794,35 @@ def parse_override(item: str) -> tuple[str, str]:
     return key, value
 
 
+# Kafka broker keys that Odradek deliberately does not implement: a clearer error than "unknown".
+_UNSUPPORTED_BROKER_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("ssl.", "TLS is not supported (PLAINTEXT listeners only)"),
+    ("sasl.", "SASL is not supported (PLAINTEXT listeners only)"),
+    ("listener.name.", "per-listener overrides are not supported"),
+    ("zookeeper.ssl.", "TLS to ZooKeeper is not supported"),
+    ("zookeeper.clientCnxnSocket", "TLS to ZooKeeper is not supported"),
+    ("process.roles", "KRaft mode is not supported; use ZooKeeper mode (zookeeper.connect) or standalone"),
+    (
+        "controller.quorum.",
+        "KRaft mode is not supported; use ZooKeeper mode (zookeeper.connect) or standalone",
+    ),
+    (
+        "controller.listener.names",
+        "KRaft mode is not supported; use ZooKeeper mode (zookeeper.connect) or standalone",
+    ),
+    ("metadata.log.", "KRaft mode is not supported; use ZooKeeper mode (zookeeper.connect) or standalone"),
+    ("remote.log.", "tiered storage is not supported"),
+    ("metric.reporters", "metric reporter plugins are not supported"),
+    ("kafka.metrics.", "metric reporter plugins are not supported"),
+    ("confluent.", "Confluent Server settings are not supported"),
+)
+
+
 def _unknown(key: str, known: Iterable[str], what: str = "configuration") -> ConfigError:
+    if what == "configuration":
+        for prefix, reason in _UNSUPPORTED_BROKER_PREFIXES:
+            if key.startswith(prefix):
+                return ConfigError(f"{key}: Kafka setting not supported by Odradek: {reason}", key)
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return ConfigError(f"unknown {what} '{key}'{hint}", key)
@@ -1068,6 +1103,12 @@ class BrokerConfig:
         listeners = self.listeners
         if not listeners:
             raise ConfigError("listeners: no listener given", "listeners")
+        for listener in listeners:
+            if listener.security_protocol != "PLAINTEXT":
+                raise ConfigError(
+                    f"listeners: {listener} uses {listener.security_protocol}; Odradek serves PLAINTEXT only",
+                    "listeners",
+                )
         advertised = self.advertised_listeners
         for listener in advertised:
             if listener.host == "0.0.0.0":
@@ -1133,6 +1174,11 @@ class BrokerConfig:
                 f"queued.max.request.bytes: {queued} is less than socket.request.max.bytes "
                 f"{self.raw('socket.request.max.bytes')}",
                 "queued.max.request.bytes",
+            )
+        if self.raw("odradek.event.loop") == "uvloop" and importlib.util.find_spec("uvloop") is None:
+            raise ConfigError(
+                "odradek.event.loop: 'uvloop' is selected but the uvloop package is not installed",
+                "odradek.event.loop",
             )
         if self.raw("remote.log.storage.system.enable"):
             raise ConfigError(

@@ -844,3 +844,52 @@ def test_describe_topic_override_of_key_without_broker_synonym():
     ]
     e = entries["follower.replication.throttled.replicas"]
     assert (e.value, e.source, e.synonyms) == ("", ConfigSource.DEFAULT_CONFIG, [])
+
+
+@pytest.mark.parametrize(
+    ("item", "reason"),
+    [
+        ("ssl.keystore.location=/x", "TLS is not supported"),
+        ("sasl.enabled.mechanisms=PLAIN", "SASL is not supported"),
+        ("listener.name.internal.ssl.keystore.location=/x", "per-listener overrides"),
+        ("process.roles=broker", "KRaft mode is not supported"),
+        ("controller.quorum.voters=1@h:9093", "KRaft mode is not supported"),
+        ("metric.reporters=x.Y", "metric reporter"),
+    ],
+)
+def test_kafka_keys_odradek_does_not_support(item, reason):
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig.load(None, [item])
+    key = item.split("=")[0]
+    assert str(e.value).startswith(f"{key}: Kafka setting not supported by Odradek")
+    assert reason in str(e.value)
+    assert e.value.key == key
+
+
+def test_non_plaintext_listener_rejected():
+    with pytest.raises(ConfigError, match=r"Odradek serves PLAINTEXT only") as e:
+        BrokerConfig.load(None, ["listeners=PLAINTEXT://:9092,SSL://:9093"])
+    assert e.value.key == "listeners"
+
+
+def test_describe_topic_kafka_quirk_static_hours_only():
+    # Kafka's ConfigHelper drops synonyms listed before the first synonym name (log.retention.ms), so a topic's
+    # retention.ms reports DEFAULT_CONFIG even though its value comes from log.retention.hours.
+    c = cfg(log_retention_hours="2")
+    e = _by_name(describe_topic_configs(c, {}, include_synonyms=True))["retention.ms"]
+    assert (e.value, e.source, e.synonyms) == ("7200000", ConfigSource.DEFAULT_CONFIG, [])
+    e = _by_name(describe_broker_configs(c, include_synonyms=True))["log.retention.hours"]
+    assert e.synonyms == [
+        ConfigSynonym("log.retention.hours", "2", ConfigSource.STATIC_BROKER_CONFIG),
+        ConfigSynonym("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG),
+    ]
+
+
+def test_uvloop_must_be_installed():
+    import importlib.util
+
+    if importlib.util.find_spec("uvloop") is not None:
+        assert cfg(odradek_event_loop="uvloop")["odradek.event.loop"] == "uvloop"
+    else:
+        with pytest.raises(ConfigError, match=r"uvloop package is not installed"):
+            cfg(odradek_event_loop="uvloop")
