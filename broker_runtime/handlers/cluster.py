@@ -23,7 +23,7 @@ async def handle_describe_cluster(ctx: RequestContext, request) -> object:
             make(types.DescribeClusterBroker, broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
             for b in broker.metadata.brokers()
         ),
-        cluster_authorized_operations=_NO_OPERATIONS,
+        cluster_authorized_operations=_NO_OPERATIONS, endpoint_type=1,
     )  # fmt: skip
 
 

@@ -59,7 +59,7 @@ CORE_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_LOG_DIRS: (1, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
-    ApiKey.DESCRIBE_CLUSTER: (0, 0),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
 }
 
 # Versions inside an advertised range that the broker still refuses per request (see module docstring).
