@@ -1,0 +1,577 @@
+"""The log of one partition: an ordered list of segments, the last one active.
+
+Theory of operation. Appends stamp the batch's base offset and leader epoch, check the producer's sequence
+(idempotence), roll the active segment when Kafka would, write the batch with one write and add a sparse
+index entry every index.interval.bytes. Reads find the batch holding the start offset through the sparse index
+and return whole batches by position. Nothing is fsynced on the append path unless flush.messages asks;
+`flush()` fsyncs and moves the recovery point to the log end. Opening after an unclean shutdown re-reads every
+segment from the one holding the recovery point (CRC of each batch), cuts the first bad batch and everything
+after it, and rebuilds indexes, leader epochs and producer state (see FORMAT.md).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+
+from broker_runtime.clock import Clock
+from broker_runtime.errors import KafkaError
+from broker_runtime.log.config import LogConfig
+from broker_runtime.log.fs import FileSystem, read_whole, write_atomically
+from broker_runtime.log.leader_epoch import LeaderEpochCache
+from broker_runtime.log.segment import BatchInfo, LogSegment, file_name
+from broker_runtime.protocol.records import (
+    HEADER,
+    BatchHeader,
+    check_crc,
+    decode_records,
+    iter_headers,
+    set_log_append_time,
+    stamp,
+)
+from broker_runtime.txn.producer_state import CorruptSnapshotError, ProducerStateManager
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_SUFFIX = ".snapshot"
+_LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless LogAppendTime
+    log_start_offset: int
+    duplicate: bool = False
+
+
+def _offset_of(name: str) -> int | None:
+    stem = name.split(".", 1)[0]
+    return int(stem) if len(stem) == 20 and stem.isdigit() else None
+
+
+class PartitionLog:
+    def __init__(self, fs: FileSystem, directory: Path, topic: str, partition: int, config: LogConfig,
+                 clock: Clock) -> None:  # fmt: skip
+        """Use `PartitionLog.open`; this only sets fields."""
+        self.fs = fs
+        self.dir = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.clock = clock
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.recovery_point = 0
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.leader_epochs = LeaderEpochCache.load(fs, directory)
+        self.producer_state = ProducerStateManager()
+        self.unflushed_messages = 0
+        self.last_flush_ms = clock.time_ms()
+        self.on_log_start_offset_change: Callable[[PartitionLog], None] | None = None
+        self.closed = False
+
+    # --- opening -----------------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, fs: FileSystem, directory: Path, topic: str, partition: int, config: LogConfig, clock: Clock, *,
+             recovery_point: int = 0, log_start_offset: int = 0, clean_shutdown: bool = False) -> PartitionLog:  # fmt: skip
+        fs.mkdir(directory)
+        self = cls(fs, directory, topic, partition, config, clock)
+        self._load(recovery_point, log_start_offset, clean_shutdown)
+        return self
+
+    def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
+        now = self.clock.time_ms()
+        names = self.fs.listdir(self.dir)
+        for name in names:
+            if name.endswith(_LEFTOVER_SUFFIXES):
+                self.fs.unlink(self.dir / name)
+        names = self.fs.listdir(self.dir)
+        bases = sorted(b for n in names if n.endswith(".log") and (b := _offset_of(n)) is not None)
+        for name in names:  # indexes whose log is gone would shadow a future segment with the same base
+            base = _offset_of(name)
+            if (
+                base is not None
+                and name.endswith((".index", ".timeindex", ".txnindex"))
+                and base not in bases
+            ):
+                self.fs.unlink(self.dir / name)
+        for base in bases:
+            self.segments.append(LogSegment.open(self.fs, self.dir, base, self.config, now))
+        if not self.segments:
+            self.segments.append(
+                LogSegment.create(self.fs, self.dir, max(log_start_offset, 0), self.config, now)
+            )
+        self._bases = [s.base_offset for s in self.segments]
+
+        if clean_shutdown or not bases:
+            self.segments[-1].load_end()
+        else:
+            self._recover_from(recovery_point)
+        active = self.segments[-1]
+        self.log_end_offset = max(active.next_offset, active.base_offset)
+        self.recovery_point = (
+            min(recovery_point, self.log_end_offset) if not clean_shutdown else self.log_end_offset
+        )
+        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        if self.log_start_offset > self.log_end_offset:
+            self.log_start_offset = self.log_end_offset
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
+        self.leader_epochs.truncate_from_start(self.log_start_offset)
+        self._load_producer_state()
+
+    def _recover_from(self, recovery_point: int) -> None:
+        """Kafka's recoverLog: re-validate every segment from the one holding the recovery point."""
+        first = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
+        for i in range(first, len(self.segments)):
+            segment = self.segments[i]
+            epoch_starts: list[tuple[int, int]] = []
+            truncated = segment.recover(epoch_starts)
+            for epoch, start in epoch_starts:
+                if epoch > self.leader_epochs.latest_epoch():
+                    self.leader_epochs.assign(epoch, start)
+            if truncated:
+                log.warning("%s-%d: cut %d invalid bytes at the end of %s during recovery",
+                            self.topic, self.partition, truncated, segment.log_path)  # fmt: skip
+                for later in self.segments[i + 1 :]:
+                    log.warning("%s-%d: deleting %s after a corrupt segment", self.topic, self.partition,
+                                later.log_path)  # fmt: skip
+                    later.delete()
+                del self.segments[i + 1 :]
+                self._bases = self._bases[: i + 1]
+                break
+        for segment in self.segments[first:-1]:
+            segment.finish_indexes()
+        self.segments[-1].write_indexes()
+
+    def _snapshot_offsets(self) -> list[int]:
+        return sorted(
+            b for n in self.fs.listdir(self.dir)
+            if n.endswith(SNAPSHOT_SUFFIX) and (b := _offset_of(n)) is not None
+        )  # fmt: skip
+
+    def _load_producer_state(self) -> None:
+        """Latest readable snapshot at or below the log end, then replay batch headers after it."""
+        self.producer_state.clear()
+        start = self.segments[0].base_offset
+        for offset in reversed(self._snapshot_offsets()):
+            path = self.dir / file_name(offset, SNAPSHOT_SUFFIX)
+            if offset > self.log_end_offset:
+                self.fs.unlink(path)
+                continue
+            try:
+                self.producer_state.load_snapshot(read_whole(self.fs, path), offset)
+            except CorruptSnapshotError as error:
+                log.warning("%s: %s; trying an older snapshot", path, error)
+                self.fs.unlink(path)
+                continue
+            start = offset
+            break
+        for header in self._headers_from_offset(max(start, self.segments[0].base_offset)):
+            self._record_producer_batch(header)
+
+    def _headers_from_offset(self, offset: int) -> Iterator[BatchHeader]:
+        i = self._segment_index(offset)
+        first = self.segments[i].translate_offset(offset)
+        if first is not None:
+            yield from self.segments[i].headers_from(first.position)
+        for segment in self.segments[i + 1 :]:
+            yield from segment.headers_from(0)
+
+    def _record_producer_batch(self, header: BatchHeader) -> None:
+        if not header.has_producer_id:
+            return
+        if header.is_control:
+            self.producer_state.update_marker(
+                header.producer_id, header.producer_epoch, header.base_offset, header.max_timestamp
+            )
+        else:
+            self.producer_state.update(
+                header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence,
+                header.base_offset, header.last_offset, header.max_timestamp, is_transactional=header.is_transactional,
+            )  # fmt: skip
+
+    # --- appends -----------------------------------------------------------------------------------------
+
+    def append_as_leader(
+        self, batch: bytearray, header: BatchHeader, leader_epoch: int, now_ms: int
+    ) -> AppendResult:
+        """Append one validated batch (`header` read from `batch` at `header.position`)."""
+        if header.size > self.config.segment_bytes:
+            raise KafkaError(
+                ErrorCode.record_list_too_large,
+                f"batch of {header.size} bytes is larger than segment.bytes {self.config.segment_bytes}",
+            )
+        base_offset = self.log_end_offset
+        last_offset = base_offset + header.last_offset_delta
+        if header.has_producer_id and not header.is_control:
+            duplicate = self.producer_state.check(
+                header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence,
+                is_transactional=header.is_transactional, offset_hint=base_offset,
+            )  # fmt: skip
+            if duplicate is not None:
+                return AppendResult(
+                    duplicate.first_offset, duplicate.last_offset, -1, self.log_start_offset, True
+                )
+        stamp(batch, header.position, base_offset, leader_epoch)
+        log_append_time = -1
+        max_timestamp = header.max_timestamp
+        if self.config.log_append_time and not header.is_control:
+            set_log_append_time(batch, header, now_ms)
+            log_append_time = max_timestamp = now_ms
+        data = batch if header.position == 0 and len(batch) == header.size else (
+            memoryview(batch)[header.position : header.position + header.size])  # fmt: skip
+        self._maybe_roll(header.size, max_timestamp, last_offset, now_ms)
+        self.segments[-1].append(data, [BatchInfo(0, header.size, base_offset, last_offset, max_timestamp)])
+        self.log_end_offset = last_offset + 1
+        if leader_epoch > self.leader_epochs.latest_epoch():
+            self.leader_epochs.assign(leader_epoch, base_offset)
+        if header.is_control and header.has_producer_id:
+            self.producer_state.update_marker(
+                header.producer_id, header.producer_epoch, base_offset, max_timestamp
+            )
+        elif header.has_producer_id:
+            self.producer_state.update(
+                header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence,
+                base_offset, last_offset, max_timestamp, is_transactional=header.is_transactional,
+            )  # fmt: skip
+        self._after_append(header.record_count)
+        return AppendResult(base_offset, last_offset, log_append_time, self.log_start_offset)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> None:
+        """Append batches already stamped by the leader (a fetch response); a torn last batch is ignored."""
+        view = memoryview(records)
+        now = self.clock.time_ms()
+        for header in iter_headers(view):
+            if header.magic != 2:
+                raise KafkaError(
+                    ErrorCode.corrupt_message,
+                    f"batch at offset {header.base_offset} has magic {header.magic}",
+                )
+            if not check_crc(view, header):
+                raise KafkaError(
+                    ErrorCode.corrupt_message, f"batch at offset {header.base_offset} fails its CRC"
+                )
+            if header.base_offset < self.log_end_offset:
+                raise KafkaError(
+                    ErrorCode.unknown_server_error,
+                    f"follower append at offset {header.base_offset} is below the log end {self.log_end_offset}",
+                )
+            data = view[header.position : header.position + header.size]
+            self._maybe_roll(header.size, header.max_timestamp, header.last_offset, now, header.base_offset)
+            self.segments[-1].append(
+                data,
+                [BatchInfo(0, header.size, header.base_offset, header.last_offset, header.max_timestamp)],
+            )
+            self.log_end_offset = header.next_offset
+            epoch = header.partition_leader_epoch
+            if epoch > self.leader_epochs.latest_epoch():
+                self.leader_epochs.assign(epoch, header.base_offset)
+            self._record_producer_batch(header)
+            self._after_append(header.record_count)
+
+    def _after_append(self, record_count: int) -> None:
+        self.unflushed_messages += record_count
+        if self.unflushed_messages >= self.config.flush_messages:
+            self.flush()
+
+    def _maybe_roll(self, size: int, max_timestamp: int, last_offset: int, now_ms: int,
+                    base_offset: int | None = None) -> None:  # fmt: skip
+        active = self.segments[-1]
+        if active.should_roll(size, max_timestamp, last_offset, now_ms):
+            self.roll(base_offset)
+        elif base_offset is not None and active.size == 0 and active.base_offset != base_offset:
+            # A follower's first batch may start past an empty active segment's base (leader log start moved).
+            self.roll(base_offset)
+
+    def roll(self, base_offset: int | None = None) -> None:
+        """Start a new active segment at the log end (Kafka also snapshots producer state here)."""
+        base = self.log_end_offset if base_offset is None else base_offset
+        active = self.segments[-1]
+        if active.base_offset == base and active.size == 0:
+            return
+        if active.size == 0:
+            active.delete()
+            self.segments.pop()
+            self._bases.pop()
+        else:
+            active.finish_indexes()
+            self._write_snapshot(self.log_end_offset, fsync=False)
+        segment = LogSegment.create(self.fs, self.dir, base, self.config, self.clock.time_ms())
+        self.segments.append(segment)
+        self._bases.append(base)
+        self.log_end_offset = max(self.log_end_offset, base)
+
+    # --- reads -------------------------------------------------------------------------------------------
+
+    def _segment_index(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    def read(self, start_offset: int, max_bytes: int, max_offset: int, min_one_batch: bool) -> bytes:
+        if start_offset < self.log_start_offset or start_offset > self.log_end_offset:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"offset {start_offset} is outside [{self.log_start_offset}, {self.log_end_offset}] "
+                f"of {self.topic}-{self.partition}",
+            )
+        if start_offset >= self.log_end_offset or start_offset >= max_offset:
+            return b""
+        i = self._segment_index(start_offset)
+        found = self.segments[i].translate_offset(start_offset)
+        position = found.position if found is not None else None
+        chunks: list[bytes] = []
+        budget = max_bytes
+        while i < len(self.segments):
+            segment = self.segments[i]
+            if position is None or position >= segment.size:
+                i, position = i + 1, 0
+                continue
+            chunk = segment.read(position, budget, max_offset, min_one_batch and not chunks)
+            if chunk:
+                chunks.append(chunk)
+                budget -= len(chunk)
+            if budget <= 0 or position + len(chunk) < segment.size:
+                break
+            i, position = i + 1, 0
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the earliest record at or after the log start with timestamp >= the target."""
+        for i, segment in enumerate(self.segments):
+            segment_end = self._bases[i + 1] if i + 1 < len(self._bases) else self.log_end_offset
+            if segment_end <= self.log_start_offset:
+                continue
+            if segment.indexed_max_timestamp() < timestamp_ms:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record carrying the log's largest timestamp."""
+        best: LogSegment | None = None
+        for segment in self.segments:
+            if segment.indexed_max_timestamp() >= 0 and (
+                best is None or segment.max_timestamp > best.max_timestamp
+            ):
+                best = segment
+        if best is None:
+            return None
+        header = best.translate_offset(best.offset_of_max_timestamp)
+        if header is None:
+            return best.offset_of_max_timestamp, best.max_timestamp
+        data = best.read_batch(header)
+        batch = BatchHeader(0, *HEADER.unpack_from(data, 0))
+        if batch.log_append_time:
+            return batch.base_offset, batch.max_timestamp
+        for record in decode_records(data, batch):
+            if record.timestamp == batch.max_timestamp:
+                return record.offset, record.timestamp
+        return batch.last_offset, batch.max_timestamp
+
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # --- offsets moving ----------------------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: raise the log start offset (whole segments below it go at the next retention pass)."""
+        if offset > self.log_end_offset or offset < 0:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"cannot delete records before {offset}: the log ends at {self.log_end_offset}",
+            )
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self.leader_epochs.truncate_from_start(offset)
+            if self.on_log_start_offset_change is not None:
+                self.on_log_start_offset_change(self)
+        return self.log_start_offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at and above `offset` (a follower diverged from its leader)."""
+        if offset >= self.log_end_offset:
+            return
+        if offset < self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
+        keep = self._segment_index(offset)
+        for segment in self.segments[keep + 1 :]:
+            segment.delete()
+        del self.segments[keep + 1 :]
+        del self._bases[keep + 1 :]
+        active = self.segments[-1]
+        active.truncate_to(offset)
+        self.log_end_offset = max(active.next_offset, active.base_offset)
+        if active.size:
+            active.load_end()
+            self.log_end_offset = active.next_offset
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
+        self._delete_snapshots(lambda o: o > self.log_end_offset)
+        self._load_producer_state()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and restart the log empty at `offset`."""
+        for segment in self.segments:
+            segment.delete()
+        self.segments = [LogSegment.create(self.fs, self.dir, offset, self.config, self.clock.time_ms())]
+        self._bases = [offset]
+        self.log_start_offset = self.log_end_offset = self.recovery_point = offset
+        self.leader_epochs.clear()
+        self._delete_snapshots(lambda o: True)
+        self.producer_state.clear()
+        if self.on_log_start_offset_change is not None:
+            self.on_log_start_offset_change(self)
+
+    # --- epochs ------------------------------------------------------------------------------------------
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def latest_epoch(self) -> int:
+        return self.leader_epochs.latest_epoch()
+
+    # --- retention ---------------------------------------------------------------------------------------
+
+    def delete_old_segments(self, now_ms: int, high_watermark: int | None = None) -> int:
+        """Kafka's deleteOldSegments: segments below the log start offset, then (for cleanup.policy=delete)
+        by retention.ms and retention.bytes. Returns how many segments were deleted."""
+        upper_bound = self.log_end_offset if high_watermark is None else high_watermark
+        deleted = self._delete_while(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset,
+                                     upper_bound)  # fmt: skip
+        if not self.config.deletes:
+            return deleted
+        if self.config.retention_ms >= 0:
+            limit = self.config.retention_ms
+            deleted += self._delete_while(
+                lambda seg, nxt: now_ms - seg.largest_timestamp() > limit, upper_bound
+            )
+        if self.config.retention_bytes >= 0:
+            excess = self.size_bytes() - self.config.retention_bytes
+
+            def over_size(seg: LogSegment, nxt: LogSegment | None) -> bool:
+                nonlocal excess
+                if excess - seg.size >= 0:
+                    excess -= seg.size
+                    return True
+                return False
+
+            if excess > 0:
+                deleted += self._delete_while(over_size, upper_bound)
+        return deleted
+
+    def _delete_while(
+        self, predicate: Callable[[LogSegment, LogSegment | None], bool], upper_bound: int
+    ) -> int:
+        doomed = 0
+        for i, segment in enumerate(self.segments):
+            nxt = self.segments[i + 1] if i + 1 < len(self.segments) else None
+            segment_end = nxt.base_offset if nxt is not None else self.log_end_offset
+            last_and_empty = nxt is None and segment.size == 0
+            if upper_bound >= segment_end and not last_and_empty and predicate(segment, nxt):
+                doomed += 1
+            else:
+                break
+        if not doomed:
+            return 0
+        if doomed == len(self.segments):
+            self.roll()  # Kafka never leaves a log without a segment: roll, then delete the old active one
+        for segment in self.segments[:doomed]:
+            segment.delete()
+        del self.segments[:doomed]
+        del self._bases[:doomed]
+        if self.segments[0].base_offset > self.log_start_offset:
+            self.log_start_offset = self.segments[0].base_offset
+            self.leader_epochs.truncate_from_start(self.log_start_offset)
+            if self.on_log_start_offset_change is not None:
+                self.on_log_start_offset_change(self)
+        self.recovery_point = max(self.recovery_point, self.segments[0].base_offset)
+        latest = self._snapshot_offsets()[-1:] or [None]
+        self._delete_snapshots(lambda o: o < self.segments[0].base_offset and o != latest[0])
+        return doomed
+
+    # --- durability --------------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync every segment holding data above the recovery point; the recovery point becomes the log end."""
+        for segment in self.segments[self._segment_index(self.recovery_point) :]:
+            if segment.unflushed or segment is self.segments[-1]:
+                segment.flush()
+        self.recovery_point = self.log_end_offset
+        self.unflushed_messages = 0
+        self.last_flush_ms = self.clock.time_ms()
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """flush.ms: flush when the last flush is older than that and there is something to flush."""
+        if self.recovery_point < self.log_end_offset and now_ms - self.last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            return True
+        return False
+
+    def flush_rolled_segments(self) -> None:
+        """fsync segments that rolled since the last flush and move the recovery point to the active segment,
+        as Kafka does after a roll; kept off the append path."""
+        active_base = self.segments[-1].base_offset
+        if self.recovery_point >= active_base:
+            return
+        for segment in self.segments[self._segment_index(self.recovery_point) : -1]:
+            if segment.unflushed:
+                segment.flush()
+        self.recovery_point = active_base
+
+    def _write_snapshot(self, offset: int, *, fsync: bool) -> None:
+        path = self.dir / file_name(offset, SNAPSHOT_SUFFIX)
+        data = self.producer_state.to_snapshot()
+        if fsync:
+            write_atomically(self.fs, path, data)
+            return
+        # On roll: no fsync (the append path never waits on the disk); a torn snapshot fails its CRC and the
+        # load falls back to an older one.
+        tmp = path.with_name(path.name + ".tmp")
+        handle = self.fs.open(tmp)
+        try:
+            self.fs.truncate(handle, 0)
+            self.fs.pwrite(handle, data, 0)
+        finally:
+            self.fs.close(handle)
+        self.fs.rename(tmp, path)
+
+    def _delete_snapshots(self, doomed: Callable[[int], bool]) -> None:
+        for offset in self._snapshot_offsets():
+            if doomed(offset):
+                self.fs.unlink(self.dir / file_name(offset, SNAPSHOT_SUFFIX))
+
+    def take_snapshot(self) -> None:
+        """Snapshot producer state at the log end (clean shutdown)."""
+        self._write_snapshot(self.log_end_offset, fsync=True)
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        for segment in self.segments:
+            segment.change_config(config)
+
+    def close(self) -> None:
+        """Flush, snapshot producer state and close every segment (indexes trimmed)."""
+        if self.closed:
+            return
+        self.flush()
+        self.take_snapshot()
+        for segment in self.segments:
+            segment.close()
+        self.closed = True
+
+    def close_without_flush(self) -> None:
+        """Release file handles only (the directory is being deleted)."""
+        for segment in self.segments:
+            segment.close_handle()
+        self.closed = True

@@ -1,0 +1,434 @@
+"""One log segment: `%020d.log` plus its `.index` and `.timeindex` (and `.txnindex`, unused for now).
+
+The `.log` file is a sequence of v2 record batches exactly as stored on the wire. The segment reads only batch
+headers (61 bytes) when it scans; record bodies are read only by `recover` (for the CRC) and by timestamp
+lookups (to find the record inside a batch).
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker_runtime.log.config import LogConfig
+from broker_runtime.log.fs import FileSystem
+from broker_runtime.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from broker_runtime.protocol.records import (
+    CRC_START,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    decode_records,
+    iter_headers,
+)
+
+try:
+    from crc32c import crc32c
+except ImportError:  # pragma: no cover - records.require_native_crc32c guards broker start
+    crc32c = None
+
+_OFFSET_LENGTH = struct.Struct(">qi")
+_SCAN_CHUNK = 16 * 1024  # header scans: a sparse-index gap (4 KiB) plus some
+_RECOVER_CHUNK = 1024 * 1024  # recovery reads every byte; big reads keep syscalls few
+NO_TIMESTAMP = -1
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """What the segment needs to index one batch it is about to append."""
+
+    relative_position: int  # within the bytes handed to append()
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+class _ChunkReader:
+    """Serves small reads of a file region from one buffered pread, refilling when a read falls outside."""
+
+    def __init__(self, fs: FileSystem, handle: int, end: int, chunk: int) -> None:
+        self._fs, self._handle, self._end, self._chunk = fs, handle, end, chunk
+        self._start = 0
+        self._buf = b""
+
+    def get(self, position: int, size: int) -> memoryview | None:
+        if position + size > self._end:
+            return None
+        offset = position - self._start
+        if offset < 0 or offset + size > len(self._buf):
+            self._start = position
+            self._buf = self._fs.pread(
+                self._handle, min(max(size, self._chunk), self._end - position), position
+            )
+            offset = 0
+            if len(self._buf) < size:
+                return None
+        return memoryview(self._buf)[offset : offset + size]
+
+
+class LogSegment:
+    def __init__(self, fs: FileSystem, directory: Path, base_offset: int, config: LogConfig, created_ms: int,
+                 handle: int, size: int) -> None:  # fmt: skip
+        self.fs = fs
+        self.dir = directory
+        self.base_offset = base_offset
+        self.config = config
+        self.created_ms = created_ms
+        self._handle = handle
+        self.size = size
+        self.log_path = directory / file_name(base_offset, ".log")
+        self.index_path = directory / file_name(base_offset, ".index")
+        self.time_index_path = directory / file_name(base_offset, ".timeindex")
+        self.txn_index_path = directory / file_name(base_offset, ".txnindex")
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self.next_offset = base_offset  # valid once loaded: LEO of this segment
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = base_offset
+        self._first_batch_timestamp: int | None = None
+        self._bytes_since_index_entry = 0
+        self.unflushed = False
+        jitter = config.segment_jitter_ms
+        self.roll_jitter_ms = random.randrange(min(jitter, config.segment_ms)) if jitter > 0 else 0
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, fs: FileSystem, directory: Path, base_offset: int, config: LogConfig, now_ms: int
+    ) -> LogSegment:
+        path = directory / file_name(base_offset, ".log")
+        handle = fs.open(path)
+        fs.truncate(handle, 0)
+        segment = cls(fs, directory, base_offset, config, now_ms, handle, 0)
+        segment._offset_index = OffsetIndex(fs, segment.index_path, base_offset, config.segment_index_bytes)
+        segment._time_index = TimeIndex(fs, segment.time_index_path, base_offset, config.segment_index_bytes)
+        segment._offset_index.write_trimmed()
+        segment._time_index.write_trimmed()
+        segment._offset_index.preallocate()
+        segment._time_index.preallocate()
+        return segment
+
+    @classmethod
+    def open(
+        cls, fs: FileSystem, directory: Path, base_offset: int, config: LogConfig, now_ms: int
+    ) -> LogSegment:
+        """Open an existing segment without reading it; indexes load on first use (rebuilt if bad)."""
+        path = directory / file_name(base_offset, ".log")
+        handle = fs.open(path, create=False)
+        try:
+            created = fs.mtime_ms(path)
+        except (OSError, KeyError):
+            created = now_ms
+        return cls(fs, directory, base_offset, config, created, handle, fs.size(handle))
+
+    def close(self) -> None:
+        if self._handle < 0:
+            return
+        self.finish_indexes()
+        self.fs.close(self._handle)
+        self._handle = -1
+
+    def close_handle(self) -> None:
+        """Close the file without touching indexes (the segment is about to be deleted)."""
+        if self._handle >= 0:
+            self.fs.close(self._handle)
+            self._handle = -1
+
+    def delete(self) -> None:
+        self.close_handle()
+        for path in (self.log_path, self.index_path, self.time_index_path, self.txn_index_path):
+            if self.fs.exists(path):
+                self.fs.unlink(path)
+
+    def change_config(self, config: LogConfig) -> None:
+        self.config = config
+
+    # --- indexes -----------------------------------------------------------------------------------------
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        if self._offset_index is None:
+            self._load_indexes()
+        assert self._offset_index is not None
+        return self._offset_index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if self._time_index is None:
+            self._load_indexes()
+        assert self._time_index is not None
+        return self._time_index
+
+    def _load_indexes(self) -> None:
+        """Load both indexes; a missing, misshapen or inconsistent index is rebuilt from the log."""
+        try:
+            if not (self.fs.exists(self.index_path) and self.fs.exists(self.time_index_path)):
+                raise CorruptIndexError("index file missing")
+            offset_index = OffsetIndex.load(
+                self.fs, self.index_path, self.base_offset, self.config.segment_index_bytes
+            )
+            time_index = TimeIndex.load(
+                self.fs, self.time_index_path, self.base_offset, self.config.segment_index_bytes
+            )
+            offset_index.sanity_check(self.size)
+            time_index.sanity_check(self.size)
+        except CorruptIndexError:
+            self.recover()
+            return
+        self._offset_index, self._time_index = offset_index, time_index
+        self.max_timestamp, self.offset_of_max_timestamp = time_index.last_entry()
+        if self.max_timestamp < 0:
+            self.offset_of_max_timestamp = self.base_offset
+
+    def load_end(self) -> None:
+        """Find this segment's next offset by scanning from its last index entry (clean-shutdown path)."""
+        _, position = self.offset_index.lookup(2**62)
+        self.next_offset = self.base_offset
+        for header in self.headers_from(position):
+            self.next_offset = header.next_offset
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = header.max_timestamp, header.last_offset
+
+    def finish_indexes(self) -> None:
+        """The segment stops being active (roll or close): final time entry, trim index files to their entries."""
+        if self._offset_index is None or self._time_index is None:
+            return
+        if self.max_timestamp >= 0:
+            self._time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self._offset_index.write_trimmed()
+        self._time_index.write_trimmed()
+
+    # --- append ------------------------------------------------------------------------------------------
+
+    def should_roll(self, incoming_bytes: int, incoming_max_timestamp: int, incoming_last_offset: int,
+                    now_ms: int) -> bool:  # fmt: skip
+        """Kafka's LogSegment.shouldRoll."""
+        if self.size == 0:
+            return False
+        if self.size > self.config.segment_bytes - incoming_bytes:
+            return True
+        if (
+            self._time_waited_for_roll(now_ms, incoming_max_timestamp)
+            > self.config.segment_ms - self.roll_jitter_ms
+        ):
+            return True
+        if self.offset_index.is_full or self.time_index.is_full:
+            return True
+        return incoming_last_offset - self.base_offset > 2**31 - 1
+
+    def _time_waited_for_roll(self, now_ms: int, incoming_timestamp: int) -> int:
+        if self._first_batch_timestamp is None:
+            header = self.header_at(0)
+            self._first_batch_timestamp = header.max_timestamp if header else NO_TIMESTAMP
+        if self._first_batch_timestamp >= 0:
+            return incoming_timestamp - self._first_batch_timestamp
+        return now_ms - self.created_ms
+
+    def append(self, data: bytes | bytearray | memoryview, batches: list[BatchInfo]) -> None:
+        """Write `data` (one or more whole batches) with one write, then index it as Kafka does."""
+        offset_index, time_index = self.offset_index, self.time_index
+        start = self.size
+        self.fs.append(self._handle, data)
+        self.size += len(data)
+        self.unflushed = True
+        interval = self.config.index_interval_bytes
+        for batch in batches:
+            if self._first_batch_timestamp is None and start + batch.relative_position == 0:
+                self._first_batch_timestamp = batch.max_timestamp
+            if batch.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = batch.max_timestamp, batch.last_offset
+            if self._bytes_since_index_entry > interval:
+                offset_index.append(batch.last_offset, start + batch.relative_position)
+                time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                self._bytes_since_index_entry = 0
+            self._bytes_since_index_entry += batch.size
+            self.next_offset = batch.last_offset + 1
+
+    def flush(self) -> None:
+        """fsync the log and write + fsync the indexes."""
+        self.fs.fsync(self._handle)
+        if self._offset_index is not None and self._time_index is not None:
+            self._offset_index.flush()
+            self._time_index.flush()
+            self._offset_index.fsync()
+            self._time_index.fsync()
+        self.unflushed = False
+
+    def write_indexes(self) -> None:
+        if self._offset_index is not None and self._time_index is not None:
+            self._offset_index.flush()
+            self._time_index.flush()
+
+    # --- reads -------------------------------------------------------------------------------------------
+
+    def header_at(self, position: int) -> BatchHeader | None:
+        if position + HEADER_SIZE > self.size:
+            return None
+        raw = self.fs.pread(self._handle, HEADER_SIZE, position)
+        return BatchHeader(position, *HEADER.unpack_from(raw, 0)) if len(raw) == HEADER_SIZE else None
+
+    def headers_from(self, position: int) -> Iterator[BatchHeader]:
+        """Headers of the complete batches from `position` to the end (positions are file positions)."""
+        reader = _ChunkReader(self.fs, self._handle, self.size, _SCAN_CHUNK)
+        while True:
+            raw = reader.get(position, HEADER_SIZE)
+            if raw is None:
+                return
+            header = BatchHeader(position, *HEADER.unpack_from(raw, 0))
+            if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or position + header.size > self.size:
+                return
+            yield header
+            position += header.size
+
+    def translate_offset(self, offset: int) -> BatchHeader | None:
+        """The first batch whose last offset is >= `offset`, found from the sparse index."""
+        _, position = self.offset_index.lookup(offset)
+        for header in self.headers_from(position):
+            if header.last_offset >= offset:
+                return header
+        return None
+
+    def read(self, position: int, max_bytes: int, max_offset: int, min_one_batch: bool) -> bytes:
+        """Whole batches from `position` whose last offset is below `max_offset`, at most `max_bytes` unless
+        `min_one_batch` and the first batch alone is larger."""
+        want = min(max_bytes, self.size - position)
+        buf = self.fs.pread(self._handle, want, position) if want > 0 else b""
+        end = 0
+        for header in iter_headers(buf):
+            if header.last_offset >= max_offset:
+                break
+            end = header.position + header.size
+        if end or not min_one_batch:
+            return buf[:end]
+        first = self.header_at(position)
+        if first is None or first.last_offset >= max_offset or position + first.size > self.size:
+            return b""
+        return self.fs.pread(self._handle, first.size, position)
+
+    def read_batch(self, header: BatchHeader) -> bytes:
+        return self.fs.pread(self._handle, header.size, header.position)
+
+    def find_offset_by_timestamp(self, timestamp: int, min_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `min_offset` with a timestamp >= `timestamp`."""
+        _, indexed_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(max(indexed_offset, min_offset))
+        for header in self.headers_from(position):
+            if header.max_timestamp < timestamp or header.last_offset < min_offset:
+                continue
+            data = self.read_batch(header)
+            batch = BatchHeader(0, *HEADER.unpack_from(data, 0))
+            for record in decode_records(data, batch):
+                record_ts = batch.max_timestamp if batch.log_append_time else record.timestamp
+                if record_ts >= timestamp and record.offset >= min_offset:
+                    return record.offset, record_ts
+        return None
+
+    def indexed_max_timestamp(self) -> int:
+        """The largest batch max timestamp in the segment (-1 if none), loading indexes if needed."""
+        if self._time_index is None:
+            self._load_indexes()
+        return self.max_timestamp
+
+    def largest_timestamp(self) -> int:
+        """For retention: the max timestamp of the segment's records, or the file's mtime if it has none."""
+        if self.indexed_max_timestamp() >= 0:
+            return self.max_timestamp
+        return self.fs.mtime_ms(self.log_path)
+
+    # --- recovery and truncation ---------------------------------------------------------------------------
+
+    def recover(self, epoch_starts: list[tuple[int, int]] | None = None) -> int:
+        """Rebuild the indexes by reading every batch; cut the log at the first batch that is torn, has a bad
+        CRC, a wrong magic or offsets that go backwards. Returns the number of bytes cut.
+
+        `epoch_starts` collects (partition leader epoch, base offset) wherever the epoch grows, so the caller
+        can rebuild its leader epoch cache as Kafka does during recovery."""
+        offset_index = OffsetIndex(
+            self.fs, self.index_path, self.base_offset, self.config.segment_index_bytes
+        )
+        time_index = TimeIndex(
+            self.fs, self.time_index_path, self.base_offset, self.config.segment_index_bytes
+        )
+        self._offset_index, self._time_index = offset_index, time_index
+        for index in (
+            offset_index,
+            time_index,
+        ):  # drop whatever was there; entries are written on flush/roll/close
+            index.write_trimmed()
+            index.preallocate()
+        self.max_timestamp, self.offset_of_max_timestamp = NO_TIMESTAMP, self.base_offset
+        self._bytes_since_index_entry = 0
+        self._first_batch_timestamp = None
+        self.next_offset = self.base_offset
+        reader = _ChunkReader(self.fs, self._handle, self.size, _RECOVER_CHUNK)
+        position = 0
+        interval = self.config.index_interval_bytes
+        while True:
+            raw = reader.get(position, HEADER_SIZE)
+            if raw is None:
+                break
+            header = BatchHeader(position, *HEADER.unpack_from(raw, 0))
+            if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or header.magic != 2:
+                break
+            whole = reader.get(position, header.size)
+            if whole is None or crc32c(whole[CRC_START:]) != header.crc:
+                break
+            if header.last_offset_delta < 0 or header.base_offset < self.next_offset:
+                break
+            if self._first_batch_timestamp is None:
+                self._first_batch_timestamp = header.max_timestamp
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = header.max_timestamp, header.last_offset
+            epoch = header.partition_leader_epoch
+            if epoch_starts is not None and epoch >= 0 and (not epoch_starts or epoch > epoch_starts[-1][0]):
+                epoch_starts.append((epoch, header.base_offset))
+            if self._bytes_since_index_entry > interval:
+                offset_index.append(header.last_offset, position)
+                time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                self._bytes_since_index_entry = 0
+            self._bytes_since_index_entry += header.size
+            self.next_offset = header.next_offset
+            position += header.size
+        truncated = self.size - position
+        if truncated:
+            self.fs.truncate(self._handle, position)
+            self.size = position
+        return truncated
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove batches whose last offset is >= `offset`; returns bytes removed."""
+        header = self.translate_offset(offset)
+        if header is None:
+            return 0
+        removed = self.size - header.position
+        self.offset_index.truncate_to_position(header.position)
+        self.time_index.truncate_to(header.base_offset)
+        self.fs.truncate(self._handle, header.position)
+        self.size = header.position
+        self.next_offset = header.base_offset
+        # Timestamps and index bookkeeping are recomputed from what is left, as Kafka does after truncation.
+        self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
+        if self.max_timestamp < 0:
+            self.offset_of_max_timestamp = self.base_offset
+        last_indexed = self.offset_index.lookup(2**62)[1]
+        for remaining in self.headers_from(last_indexed):
+            if remaining.max_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = (
+                    remaining.max_timestamp,
+                    remaining.last_offset,
+                )
+        self._bytes_since_index_entry = self.size - last_indexed if self.size else 0
+        if self.size == 0:
+            self._first_batch_timestamp = None
+        self.unflushed = True
+        return removed
