@@ -7,6 +7,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
@@ -19,7 +20,7 @@ from broker_runtime.cluster.metadata_store import (
     TopicInfo,
 )
 from broker_runtime.cluster.topics import INTERNAL_TOPICS, assign_replicas, collision_key, validate_topic_name
-from broker_runtime.config import BrokerConfig, ConfigError, validate_topic_configs
+from broker_runtime.config import BrokerConfig, ConfigError, message_timestamp_bounds, validate_topic_configs
 from broker_runtime.errors import KafkaError
 from broker_runtime.log.config import LogConfig
 from broker_runtime.log.log_manager import LogManager
@@ -32,6 +33,16 @@ from broker_runtime.server.listener import Listener
 log = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000
+TOPIC_CODECS = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+@dataclass(frozen=True)
+class ProducePolicy:
+    codec: int | None  # None = keep the producer's codec
+    timestamp_before_max_ms: int
+    timestamp_after_max_ms: int
+    log_append_time: bool
+    min_insync_replicas: int
 
 
 class Broker:
@@ -55,6 +66,7 @@ class Broker:
         self._housekeeping: list[asyncio.Task] = []
         self._producer_ids = iter(())
         self.group_coordinator = None
+        self._produce_policies: dict[str, ProducePolicy] = {}
         self.stopped = asyncio.Event()
 
     # --- lifecycle ----------------------------------------------------------------------------------------
@@ -131,9 +143,24 @@ class Broker:
         return LogConfig.from_topic_config(self.config.effective_topic_config(topic.configs))
 
     def _min_insync_replicas(self, topic: str) -> int:
-        info = self.metadata.topics().get(topic)
-        overrides = info.configs if info else {}
-        return int(self.config.effective_topic_config(overrides)["min.insync.replicas"])
+        return self.produce_policy(topic).min_insync_replicas
+
+    def produce_policy(self, topic: str) -> ProducePolicy:
+        """The topic configs the produce path checks, cached until a topic or broker config changes."""
+        policy = self._produce_policies.get(topic)
+        if policy is None:
+            info = self.metadata.topics().get(topic)
+            effective = self.config.effective_topic_config(info.configs if info else {})
+            before, after = message_timestamp_bounds(effective)
+            policy = ProducePolicy(
+                codec=TOPIC_CODECS[effective["compression.type"]],
+                timestamp_before_max_ms=before,
+                timestamp_after_max_ms=after,
+                log_append_time=effective["message.timestamp.type"] == "LogAppendTime",
+                min_insync_replicas=int(effective["min.insync.replicas"]),
+            )
+            self._produce_policies[topic] = policy
+        return policy
 
     def _host_partition(self, topic: TopicInfo, index: int, assignment: PartitionAssignment) -> Partition:
         plog = self.log_manager.get_log(topic.name, index)
@@ -226,6 +253,7 @@ class Broker:
         if topic is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
         self.metadata.delete_topic(name)
+        self._produce_policies.pop(name, None)
         for index in topic.partitions:
             if self.replica_manager.remove_partition(name, index) is not None:
                 self.log_manager.delete_log(name, index)
@@ -275,6 +303,7 @@ class Broker:
         if validate_only:
             return
         self.metadata.set_topic_configs(name, clean)
+        self._produce_policies.pop(name, None)
         self.log_manager.update_config(name, self.topic_log_config(topic))
 
     def set_broker_configs(self, entity: str, configs: Mapping[str, str], validate_only: bool = False) -> None:
@@ -289,6 +318,7 @@ class Broker:
         except ConfigError as exc:
             raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
         self.metadata.set_broker_configs(entity, configs)
+        self._produce_policies.clear()
         for topic in self.metadata.topics().values():
             self.log_manager.update_config(topic.name, self.topic_log_config(topic))
 

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 from broker_runtime.errors import KafkaError
 from broker_runtime.handlers.context import RequestContext
 from broker_runtime.protocol.messages import make
-from broker_runtime.protocol.records import InvalidRecords, validate_produce_batch
+from broker_runtime.protocol.records import InvalidRecords, read_header, recompress, validate_produce_batch
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,12 @@ async def handle_produce(ctx: RequestContext, request) -> object:
                     raise KafkaError(ErrorCode.invalid_record, "no records")
                 batch = bytearray(part.records)
                 header = validate_produce_batch(batch, partition.log.config.max_message_bytes)
+                policy = broker.produce_policy(name)
+                if not policy.log_append_time:
+                    _check_timestamps(header, policy, broker.clock.time_ms())
+                if policy.codec is not None and policy.codec != header.codec:
+                    batch = recompress(batch, header, policy.codec)
+                    header = read_header(batch)
                 partition, result = broker.replica_manager.append_local(name, part.index, batch, header, acks=acks)
                 wait = None
                 if acks == -1:
@@ -84,6 +90,17 @@ async def handle_produce(ctx: RequestContext, request) -> object:
             for name, parts in results.items()
         ),
     )  # fmt: skip
+
+
+def _check_timestamps(header, policy, now_ms: int) -> None:
+    """CreateTime bounds (message.timestamp.before/after.max.ms), checked on the batch's first and max
+    timestamps rather than on every record."""
+    earliest = min(header.base_timestamp, header.max_timestamp)
+    if now_ms - earliest > policy.timestamp_before_max_ms or header.max_timestamp - now_ms > policy.timestamp_after_max_ms:
+        raise KafkaError(
+            ErrorCode.invalid_timestamp,
+            f"timestamps {earliest}..{header.max_timestamp} are outside the allowed range around broker time {now_ms}",
+        )
 
 
 def _partition_response(types, index: int, outcome) -> object:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from broker_runtime.handlers.api_versions import handle_api_versions
-from broker_runtime.handlers.cluster import handle_describe_cluster, handle_describe_log_dirs, handle_init_producer_id
+from broker_runtime.handlers.cluster import (
+    handle_describe_cluster,
+    handle_describe_log_dirs,
+    handle_init_producer_id,
+)
 from broker_runtime.handlers.configs import (
     handle_alter_configs,
     handle_describe_configs,
@@ -11,9 +15,17 @@ from broker_runtime.handlers.configs import (
 )
 from broker_runtime.handlers.fetch import handle_fetch
 from broker_runtime.handlers.metadata import handle_metadata
-from broker_runtime.handlers.offsets import handle_delete_records, handle_list_offsets, handle_offset_for_leader_epoch
+from broker_runtime.handlers.offsets import (
+    handle_delete_records,
+    handle_list_offsets,
+    handle_offset_for_leader_epoch,
+)
 from broker_runtime.handlers.produce import handle_produce
-from broker_runtime.handlers.topics import handle_create_partitions, handle_create_topics, handle_delete_topics
+from broker_runtime.handlers.topics import (
+    handle_create_partitions,
+    handle_create_topics,
+    handle_delete_topics,
+)
 from broker_runtime.protocol.apis import CORE_API_VERSIONS, ApiKey
 
 HANDLERS = {

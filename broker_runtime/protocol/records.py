@@ -341,6 +341,22 @@ def decode_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> 
     return records
 
 
+def recompress(buf: bytes | bytearray, header: BatchHeader, codec: int) -> bytearray:
+    """Re-encode one batch with another codec (a topic's compression.type differs from the producer's).
+
+    Records are encoded the same whatever the codec, so only the body is decompressed and compressed again;
+    the header keeps every field but the codec bits, the length and the CRC. Off the hot path by definition:
+    it runs only for topics that ask for it.
+    """
+    body = bytes(memoryview(buf)[header.position + HEADER_SIZE : header.position + header.size])
+    payload = _compress(codec, _decompress(header.codec, body))
+    out = bytearray(memoryview(buf)[header.position : header.position + HEADER_SIZE]) + payload
+    _OFFSET_LENGTH.pack_into(out, 0, header.base_offset, len(out) - LOG_OVERHEAD)
+    struct.pack_into(">h", out, 21, (header.attributes & ~CODEC_MASK) | codec)
+    _CRC.pack_into(out, 17, crc32c(memoryview(out)[CRC_START:]))
+    return out
+
+
 def build_batch(
     records: Sequence[tuple[bytes | None, bytes | None]]
     | Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]],

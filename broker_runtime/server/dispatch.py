@@ -6,7 +6,6 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-
 from broker_runtime.handlers.api_versions import unsupported_version_response
 from broker_runtime.handlers.context import RequestContext
 from broker_runtime.protocol.apis import REFUSED_VERSIONS, ApiKey
