@@ -31,6 +31,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"odradek: cannot read configuration: {exc}", file=sys.stderr)
         return 2
 
+    if config.zookeeper_connect is not None:
+        print(
+            "odradek: configuration error: zookeeper.connect: ZooKeeper clusters are not built yet; "
+            "remove it to run a standalone broker",
+            file=sys.stderr,
+        )
+        return 2
     if config["odradek.event.loop"] == "uvloop":
         import uvloop
 
