@@ -20,12 +20,46 @@ function lz4Compress (buffer) {
   return out
 }
 
+const LZ4_BLOCK_SIZES = { 4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20 }
+
+// lz4js' own frame reader mishandles block checksums (it skips them before the block, not after), which
+// cramjam/aiokafka frames carry; so the frame is parsed here and only the block decoder is lz4js'. Blocks are
+// decoded into one contiguous buffer, which also serves frames with linked (dependent) blocks.
+function lz4Decompress (src) {
+  if (src.readUInt32LE(0) !== 0x184d2204) throw new Error('lz4: bad frame magic')
+  const flg = src[4]
+  const maxBlock = LZ4_BLOCK_SIZES[(src[5] >> 4) & 7]
+  if (!maxBlock) throw new Error('lz4: bad block size')
+  let pos = 6 + (flg & 0x08 ? 8 : 0) + (flg & 0x01 ? 4 : 0) + 1
+  const blockSum = (flg & 0x10) !== 0
+  const blocks = []
+  for (;;) {
+    const word = src.readUInt32LE(pos)
+    pos += 4
+    if (word === 0) break
+    const size = word & 0x7fffffff
+    blocks.push({ start: pos, size, raw: (word & 0x80000000) !== 0 })
+    pos += size + (blockSum ? 4 : 0)
+  }
+  const dst = Buffer.alloc(blocks.length * maxBlock)
+  let out = 0
+  for (const b of blocks) {
+    if (b.raw) {
+      src.copy(dst, out, b.start, b.start + b.size)
+      out += b.size
+    } else {
+      out = lz4js.decompressBlock(src, dst, b.start, b.size, out)
+    }
+  }
+  return dst.subarray(0, out)
+}
+
 const LZ4Codec = () => ({
   async compress (encoder) {
     return lz4Compress(encoder.buffer)
   },
   async decompress (buffer) {
-    return Buffer.from(lz4js.decompress(buffer))
+    return lz4Decompress(Buffer.from(buffer))
   }
 })
 

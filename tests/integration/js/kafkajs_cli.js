@@ -262,7 +262,9 @@ async function main () {
   } catch (e) {
     out = { ok: false, error: describeError(e) }
   }
-  process.stdout.write(JSON.stringify(out, (k, v) => (typeof v === 'bigint' ? v.toString() : v)) + '\n')
+  const text = JSON.stringify(out, (k, v) => (typeof v === 'bigint' ? v.toString() : v)) + '\n'
+  // large outputs go to a pipe asynchronously: exit only once they are flushed
+  await new Promise(resolve => process.stdout.write(text, resolve))
 }
 
 main().then(
