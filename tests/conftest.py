@@ -451,6 +451,8 @@ class _Helpers:
     make_topic_name = staticmethod(make_topic_name)
     TARGET = TARGET
     SHARED_AUTO_PARTITIONS = SHARED_AUTO_PARTITIONS
+    new_broker = staticmethod(_new_broker)  # (root_dir, name, overrides) -> BrokerProcess, not started
+    remember_broker = staticmethod(_remember_broker)  # (request, broker): show its log if the test fails
 
 
 @pytest.fixture(scope="session")
