@@ -37,6 +37,7 @@ class _Index:
         self._buf = entries if entries is not None else bytearray()
         self._dirty_from = 0 if entries is None else len(self._buf)
         self._disk_len = len(self._buf)  # bytes of non-zero entries the file may hold
+        self.trimmed = False  # the file holds exactly the entries, nothing more (set by write_trimmed / load)
 
     @classmethod
     def load(cls, fs: FileSystem, path: Path, base_offset: int, max_index_bytes: int):  # -> Self
@@ -45,7 +46,9 @@ class _Index:
             raise CorruptIndexError(f"{path}: size {len(data)} is not a multiple of {cls.entry_size}")
         used = len(data.rstrip(b"\0"))
         used = -(-used // cls.entry_size) * cls.entry_size  # the zero tail is preallocated space
-        return cls(fs, path, base_offset, max_index_bytes, bytearray(data[:used]))
+        index = cls(fs, path, base_offset, max_index_bytes, bytearray(data[:used]))
+        index.trimmed = used == len(data)
+        return index
 
     def __len__(self) -> int:
         return len(self._buf) // self.entry_size
@@ -75,6 +78,7 @@ class _Index:
         if count < len(self):
             del self._buf[count * self.entry_size :]
             self._dirty_from = min(self._dirty_from, len(self._buf))
+            self.trimmed = False
 
     def truncate_all(self) -> None:
         self._truncate_entries(0)
@@ -98,6 +102,7 @@ class _Index:
             size = self.max_entries * self.entry_size
             if self.fs.size(handle) < size:
                 self.fs.truncate(handle, size)
+                self.trimmed = False
         finally:
             self.fs.close(handle)
 
@@ -111,6 +116,7 @@ class _Index:
         finally:
             self.fs.close(handle)
         self._dirty_from = self._disk_len = len(self._buf)
+        self.trimmed = True
 
     def fsync(self) -> None:
         handle = self.fs.open(self.path)
@@ -133,6 +139,7 @@ class OffsetIndex(_Index):
         if len(self) and relative <= self.entry_at(len(self) - 1)[0]:
             return  # entries strictly increase; a repeat can only come from a replayed append
         self._buf += self.entry.pack(relative, position)
+        self.trimmed = False
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the last entry at or before `offset`; (base offset, 0) if none."""
@@ -183,6 +190,7 @@ class TimeIndex(_Index):
         last_ts, last_offset = self.last_entry()
         if timestamp > last_ts and (offset >= last_offset or not len(self)):
             self._buf += self.entry.pack(timestamp, offset - self.base_offset)
+            self.trimmed = False
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """(timestamp, offset) of the last entry with timestamp <= `timestamp`; (-1, base offset) if none."""

@@ -309,6 +309,8 @@ class PartitionLog:
         self.segments.append(segment)
         self._bases.append(base)
         self.log_end_offset = max(self.log_end_offset, base)
+        if self.segments[0].base_offset > self.log_start_offset:  # the only segment moved forward
+            self.log_start_offset = self.segments[0].base_offset
 
     # --- reads -------------------------------------------------------------------------------------------
 

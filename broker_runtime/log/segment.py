@@ -7,8 +7,8 @@ lookups (to find the record inside a batch).
 
 from __future__ import annotations
 
+import logging
 import random
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +31,7 @@ try:
 except ImportError:  # pragma: no cover - records.require_native_crc32c guards broker start
     crc32c = None
 
-_OFFSET_LENGTH = struct.Struct(">qi")
+log = logging.getLogger(__name__)
 _SCAN_CHUNK = 16 * 1024  # header scans: a sparse-index gap (4 KiB) plus some
 _RECOVER_CHUNK = 1024 * 1024  # recovery reads every byte; big reads keep syscalls few
 NO_TIMESTAMP = -1
@@ -134,7 +134,9 @@ class LogSegment:
     def close(self) -> None:
         if self._handle < 0:
             return
-        self.finish_indexes()
+        if self.finish_indexes():
+            self._offset_index.fsync()  # type: ignore[union-attr]
+            self._time_index.fsync()  # type: ignore[union-attr]
         self.fs.close(self._handle)
         self._handle = -1
 
@@ -182,8 +184,13 @@ class LogSegment:
             )
             offset_index.sanity_check(self.size)
             time_index.sanity_check(self.size)
-        except CorruptIndexError:
-            self.recover()
+        except CorruptIndexError as error:
+            log.warning("rebuilding the indexes of %s: %s", self.log_path, error)
+            cut = self.recover()
+            if cut:
+                log.warning(
+                    "cut %d invalid bytes at the end of %s while rebuilding its indexes", cut, self.log_path
+                )
             return
         self._offset_index, self._time_index = offset_index, time_index
         self.max_timestamp, self.offset_of_max_timestamp = time_index.last_entry()
@@ -199,14 +206,19 @@ class LogSegment:
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp, self.offset_of_max_timestamp = header.max_timestamp, header.last_offset
 
-    def finish_indexes(self) -> None:
-        """The segment stops being active (roll or close): final time entry, trim index files to their entries."""
+    def finish_indexes(self) -> bool:
+        """The segment stops being active (roll or close): final time entry, trim index files to their entries.
+        Returns whether anything was written."""
         if self._offset_index is None or self._time_index is None:
-            return
+            return False
         if self.max_timestamp >= 0:
             self._time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-        self._offset_index.write_trimmed()
-        self._time_index.write_trimmed()
+        wrote = False
+        for index in (self._offset_index, self._time_index):
+            if not index.trimmed:
+                index.write_trimmed()
+                wrote = True
+        return wrote
 
     # --- append ------------------------------------------------------------------------------------------
 
