@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,6 @@ from broker_runtime.protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
     decode_records,
-    iter_headers,
 )
 
 try:
@@ -50,6 +50,28 @@ class BatchInfo:
     base_offset: int
     last_offset: int
     max_timestamp: int
+
+
+_BASE_AND_LENGTH = struct.Struct(">qi")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 23
+
+
+def _batches_end(buf: bytes, max_offset: int) -> int:
+    """End of the complete batches at the start of `buf` whose last offset is below `max_offset`.
+
+    The fetch path's only per-batch work: two small unpacks, no header object."""
+    position, size = 0, len(buf)
+    unpack_base, unpack_delta = _BASE_AND_LENGTH.unpack_from, _LAST_OFFSET_DELTA.unpack_from
+    while position + HEADER_SIZE <= size:
+        base_offset, length = unpack_base(buf, position)
+        end = position + LOG_OVERHEAD + length
+        if length < HEADER_SIZE - LOG_OVERHEAD or end > size:
+            break
+        if base_offset + unpack_delta(buf, position + _LAST_OFFSET_DELTA_AT)[0] >= max_offset:
+            break
+        position = end
+    return position
 
 
 class _ChunkReader:
@@ -315,13 +337,9 @@ class LogSegment:
         `min_one_batch` and the first batch alone is larger."""
         want = min(max_bytes, self.size - position)
         buf = self.fs.pread(self._handle, want, position) if want > 0 else b""
-        end = 0
-        for header in iter_headers(buf):
-            if header.last_offset >= max_offset:
-                break
-            end = header.position + header.size
+        end = _batches_end(buf, max_offset)
         if end or not min_one_batch:
-            return buf[:end]
+            return buf if end == len(buf) else buf[:end]
         first = self.header_at(position)
         if first is None or first.last_offset >= max_offset or position + first.size > self.size:
             return b""

@@ -210,3 +210,34 @@ def test_follower_append_keeps_leader_offsets(fs, clock):
 def test_make_batch_helper_is_valid():
     batch = make_batch(3)
     assert read_header(batch).record_count == 3
+
+
+def test_offset_for_timestamp_finds_the_record_inside_a_batch(fs, clock):
+    from log_helpers import batch_with_record_timestamps
+
+    from broker_runtime.protocol.records import decode_records
+
+    log = open_log(fs, clock)
+    batch = batch_with_record_timestamps(1000, [0, 5, 3, 9, 7])
+    assert [r.timestamp for r in decode_records(batch, read_header(batch))] == [1000, 1005, 1003, 1009, 1007]
+    log.append_as_leader(batch, read_header(batch), 0, clock.time_ms())
+    assert log.offset_for_timestamp(1004) == (1, 1005)
+    assert log.offset_for_timestamp(1006) == (3, 1009)
+    assert log.offset_for_timestamp(1009) == (3, 1009)
+    assert log.max_timestamp() == (3, 1009)
+
+
+def test_offset_for_timestamp_with_out_of_order_timestamps_across_batches(fs, clock):
+    log = open_log(fs, clock, LogConfig(index_interval_bytes=1))
+    for ts in (100, 500, 200, 600, 300):
+        append(log, 1, timestamp_ms=ts)
+    assert log.offset_for_timestamp(250) == (1, 500)
+    assert log.offset_for_timestamp(550) == (3, 600)
+
+
+def test_offset_for_timestamp_skips_records_below_log_start(fs, clock):
+    log = open_log(fs, clock)
+    append(log, 1, timestamp_ms=100)
+    append(log, 1, timestamp_ms=200)
+    log.delete_records_before(1)
+    assert log.offset_for_timestamp(50) == (1, 200)
