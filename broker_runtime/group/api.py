@@ -1,0 +1,249 @@
+"""What goes into and comes out of the coordinator shard: version-independent requests and results.
+
+The handlers in `broker_runtime/handlers/groups.py` translate each wire version of a request into these and
+back; the shard never sees wire versions, and the wire layer never sees group state.
+
+`Reply` is the shard's sans-I/O promise: a request whose answer depends on other members (JoinGroup, a follower's
+SyncGroup) or on an append to `__consumer_offsets` (OffsetCommit, the leader's SyncGroup) gets a Reply that is
+completed later, by another request, a timer, or the append's completion. The asyncio runtime turns it into a
+future; unit tests just read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+T = TypeVar("T")
+
+UNKNOWN_MEMBER_ID = ""
+NO_GENERATION = -1
+
+
+class Reply(Generic[T]):
+    """A response that is produced once, now or later. Completing twice keeps the first value."""
+
+    __slots__ = ("_callbacks", "_done", "_value")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._value: T | None = None
+        self._callbacks: list[Callable[[T], None]] = []
+
+    @classmethod
+    def of(cls, value: T) -> Reply[T]:
+        reply: Reply[T] = cls()
+        reply.complete(value)
+        return reply
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def result(self) -> T:
+        if not self._done:
+            raise RuntimeError("reply is not complete yet")
+        return self._value  # type: ignore[return-value]
+
+    def complete(self, value: T) -> bool:
+        if self._done:
+            return False
+        self._done = True
+        self._value = value
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(value)
+        return True
+
+    def add_done_callback(self, callback: Callable[[T], None]) -> None:
+        if self._done:
+            callback(self._value)  # type: ignore[arg-type]
+        else:
+            self._callbacks.append(callback)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+# --- JoinGroup -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupArgs:
+    group_id: str
+    member_id: str
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), in the member's order of preference
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    group_instance_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    # v4+: a member without an id gets one back with MEMBER_ID_REQUIRED and must join again with it (KIP-394).
+    require_known_member_id: bool = True
+    # v9+: a rejoining static leader may be told to skip the assignor (KIP-814).
+    supports_skipping_assignment: bool = False
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JoinedMember:
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupResult:
+    error: ErrorCode
+    member_id: str
+    generation_id: int = NO_GENERATION
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    skip_assignment: bool = False
+    members: tuple[JoinedMember, ...] = ()  # only the leader gets the member list
+
+    @classmethod
+    def failure(cls, member_id: str, error: ErrorCode) -> JoinGroupResult:
+        return cls(error=error, member_id=member_id)
+
+
+# --- SyncGroup -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupArgs:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+    protocol_type: str | None = None  # v5+; None when the client did not say
+    protocol_name: str | None = None
+    assignments: dict[str, bytes] = field(default_factory=dict)  # leader only: member id -> assignment
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupResult:
+    error: ErrorCode
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+# --- Heartbeat, LeaveGroup -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatArgs:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeavingMember:
+    member_id: str
+    group_instance_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeftMember:
+    member_id: str
+    group_instance_id: str | None
+    error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupResult:
+    error: ErrorCode
+    members: tuple[LeftMember, ...] = ()
+
+
+# --- offsets -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CommitPartition:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitArgs:
+    group_id: str
+    offsets: tuple[CommitPartition, ...]
+    generation_id: int = NO_GENERATION
+    member_id: str = UNKNOWN_MEMBER_ID
+    group_instance_id: str | None = None
+    retention_time_ms: int = -1  # v2-v4 only; -1 = the broker's offsets.retention.minutes
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionError:
+    topic: str
+    partition: int
+    error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedOffset:
+    topic: str
+    partition: int
+    offset: int  # -1 when nothing is committed
+    leader_epoch: int
+    metadata: str
+    error: ErrorCode = ErrorCode.none
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResult:
+    error: ErrorCode
+    partitions: tuple[FetchedOffset, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResult:
+    error: ErrorCode
+    partitions: tuple[PartitionError, ...] = ()
+
+
+# --- admin ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    error: ErrorCode
+    state: str
+    protocol_type: str = ""
+    protocol: str = ""
+    members: tuple[MemberDescription, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOverview:
+    group_id: str
+    protocol_type: str
+    state: str
