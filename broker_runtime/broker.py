@@ -59,7 +59,7 @@ class Broker:
         for entity, values in self.metadata.broker_configs().items():
             if entity in ("", str(self.broker_id)):
                 config.replace_dynamic(values, cluster_default=entity == "")
-        self.log_manager = LogManager(self.log_dirs, self.clock)
+        self.log_manager = LogManager(self.log_dirs, self.clock, config_for_topic=self._log_config_for)
         self.replica_manager = ReplicaManager(self.broker_id, self.clock, self._min_insync_replicas)
         self.dispatcher = Dispatcher(self, *_handler_table())
         self._listener: Listener | None = None
@@ -127,7 +127,7 @@ class Broker:
                 log.exception("periodic task %s failed", action.__name__)
 
     def _run_retention(self) -> None:
-        deleted = self.log_manager.run_retention(self.clock.time_ms())
+        deleted = self.log_manager.run_retention(self.clock.time_ms(), self.replica_manager.high_watermarks())
         if deleted:
             log.info("retention deleted %d segments", deleted)
 
@@ -138,6 +138,10 @@ class Broker:
         self.log_manager.checkpoint(self.replica_manager.high_watermarks())
 
     # --- topics -------------------------------------------------------------------------------------------
+
+    def _log_config_for(self, name: str) -> LogConfig:
+        topic = self.metadata.topics().get(name)
+        return self.topic_log_config(topic) if topic else LogConfig()
 
     def topic_log_config(self, topic: TopicInfo) -> LogConfig:
         return LogConfig.from_topic_config(self.config.effective_topic_config(topic.configs))
