@@ -73,7 +73,15 @@ class Broker:
 
     async def start(self) -> None:
         self.log_manager.startup(self.broker_id, self.metadata.cluster_id)
-        for topic in self.metadata.topics().values():
+        topics = self.metadata.topics()
+        for (name, index) in list(self.log_manager.logs()):
+            topic = topics.get(name)
+            known_id = self.log_manager.topic_ids.get((name, index))
+            if topic is None or index not in topic.partitions or (known_id and known_id != topic.topic_id):
+                # A crash between deleting a topic from metadata and deleting its logs leaves strays.
+                log.warning("deleting stray log %s-%d: its topic no longer exists", name, index)
+                self.log_manager.delete_log(name, index)
+        for topic in topics.values():
             for index, assignment in topic.partitions.items():
                 if self.broker_id in assignment.replicas:
                     self._host_partition(topic, index, assignment)
