@@ -21,6 +21,7 @@ import base64
 import json
 import random
 import shutil
+import struct
 import subprocess
 import time
 import uuid
@@ -444,6 +445,364 @@ def run_kafkajs(op: str, bootstrap: str, timeout: float = 120.0, **request: Any)
         failure.add_note(f"kafkajs stderr:\n{stderr[-4000:]}")
         raise failure
     return out["result"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# raw protocol: kio-encoded requests on a plain socket, and a small independent record-batch codec
+
+
+def _zigzag(n: int) -> int:
+    return (n << 1) ^ (n >> 63)
+
+
+def _varint(n: int) -> bytes:
+    z = _zigzag(n) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while True:
+        b = z & 0x7F
+        z >>= 7
+        if z:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+    return (result >> 1) ^ -(result & 1), pos
+
+
+def build_batch(
+    recs: list[Rec],
+    *,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    base_offset: int = 0,
+    attributes: int = 0,
+) -> bytes:
+    """An uncompressed magic-2 record batch, written from the Kafka spec (not from broker code)."""
+    import crc32c
+
+    now = int(time.time() * 1000)
+    stamps = [r.timestamp if r.timestamp is not None else now for r in recs]
+    base_ts = stamps[0]
+    body = bytearray()
+    for i, r in enumerate(recs):
+        rec = bytearray()
+        rec += b"\x00"  # attributes
+        rec += _varint(stamps[i] - base_ts)
+        rec += _varint(i)
+        for part in (r.key, r.value):
+            if part is None:
+                rec += _varint(-1)
+            else:
+                rec += _varint(len(part)) + part
+        rec += _varint(len(r.headers))
+        for hk, hv in r.headers:
+            kb = hk.encode()
+            rec += _varint(len(kb)) + kb
+            rec += _varint(-1) if hv is None else _varint(len(hv)) + hv
+        body += _varint(len(rec)) + rec
+    after_crc = (
+        struct.pack(
+            ">hiqqqhii",
+            attributes,
+            len(recs) - 1,
+            base_ts,
+            max(stamps),
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(recs),
+        )
+        + bytes(body)
+    )
+    crc = crc32c.crc32c(after_crc)
+    # batchLength counts from partitionLeaderEpoch to the end
+    head = struct.pack(">qiibI", base_offset, 4 + 1 + 4 + len(after_crc), -1, 2, crc)
+    return head + after_crc
+
+
+def parse_batches(data: bytes) -> list[dict]:
+    """Uncompressed magic-2 batches -> [{base_offset, producer_id, records: [Rec]}] (partial tail ignored)."""
+    out = []
+    pos = 0
+    while pos + 12 <= len(data):
+        base_offset, length = struct.unpack_from(">qi", data, pos)
+        if pos + 12 + length > len(data):
+            break
+        (_epoch, magic, _crc, attrs, _lod, base_ts, _max_ts, pid, _pe, _seq, count) = struct.unpack_from(
+            ">ibIhiqqqhii", data, pos + 12
+        )
+        assert magic == 2
+        assert attrs & 0x07 == 0, "parse_batches only reads uncompressed batches"
+        p = pos + 12 + 49
+        recs = []
+        for _ in range(count):
+            _length, p = _read_varint(data, p)
+            p += 1
+            ts_delta, p = _read_varint(data, p)
+            off_delta, p = _read_varint(data, p)
+            parts = []
+            for _ in range(2):
+                n, p = _read_varint(data, p)
+                parts.append(None if n < 0 else data[p : p + n])
+                p += max(n, 0)
+            nh, p = _read_varint(data, p)
+            headers = []
+            for _ in range(nh):
+                n, p = _read_varint(data, p)
+                hk = data[p : p + n].decode()
+                p += n
+                n, p = _read_varint(data, p)
+                headers.append((hk, None if n < 0 else data[p : p + n]))
+                p += max(n, 0)
+            recs.append(Rec(parts[0], parts[1], tuple(headers), base_ts + ts_delta, None, base_offset + off_delta))
+        if not attrs & 0x20:  # control batches are not data
+            out.append({"base_offset": base_offset, "producer_id": pid, "records": recs})
+        pos += 12 + length
+    return out
+
+
+class RawClient:
+    """One TCP connection speaking the Kafka protocol with kio entities; nothing else in between.
+
+    ``send(request)`` encodes the header version the request's schema names; ``recv(request_type)`` parses the
+    response header (v0 for ApiVersions, otherwise v1 when the response is flexible) and body."""
+
+    def __init__(self, host: str, port: int, timeout: float = 15.0, client_id: str | None = "odradek-raw") -> None:
+        import socket
+
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.settimeout(timeout)
+        self.client_id = client_id
+        self._corr = 0
+
+    @classmethod
+    def to(cls, broker, **kw: Any) -> RawClient:
+        return cls(broker.host, broker.port, **kw)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def next_correlation_id(self) -> int:
+        self._corr += 1
+        return self._corr
+
+    def encode(self, request: Any, correlation_id: int) -> bytes:
+        import io
+
+        from kio.serial import entity_writer
+        from kio.static.primitive import i16, i32
+
+        header_type = request.__header_schema__
+        buf = io.BytesIO()
+        header = header_type(
+            request_api_key=i16(request.__api_key__),
+            request_api_version=i16(request.__version__),
+            correlation_id=i32(correlation_id),
+            client_id=self.client_id,
+        )
+        entity_writer(header_type)(buf, header)
+        entity_writer(type(request))(buf, request)
+        return buf.getvalue()
+
+    def send(self, request: Any, correlation_id: int | None = None) -> int:
+        corr = self.next_correlation_id() if correlation_id is None else correlation_id
+        body = self.encode(request, corr)
+        self.sock.sendall(struct.pack(">i", len(body)) + body)
+        return corr
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_frame(self) -> bytes:
+        size = struct.unpack(">i", self._exact(4))[0]
+        return self._exact(size)
+
+    def _exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
+            buf += chunk
+        return bytes(buf)
+
+    @staticmethod
+    def parse(request_type: Any, frame: bytes) -> tuple[int, Any]:
+        from kio.index import load_response_schema
+        from kio.serial import entity_reader
+
+        response_type = load_response_schema(request_type.__api_key__, request_type.__version__)
+        (corr,) = struct.unpack_from(">i", frame, 0)
+        pos = 4
+        if response_type.__flexible__ and request_type.__api_key__ != 18:
+            n, pos = _read_uvarint(frame, pos)  # tagged fields of response header v1
+            for _ in range(n):
+                _tag, pos = _read_uvarint(frame, pos)
+                size, pos = _read_uvarint(frame, pos)
+                pos += size
+        result = entity_reader(response_type)(frame, pos)
+        response = result[0] if isinstance(result, tuple) else result
+        return corr, response
+
+    def recv(self, request_type: Any) -> tuple[int, Any]:
+        return self.parse(request_type, self.recv_frame())
+
+    def call(self, request: Any) -> Any:
+        corr = self.send(request)
+        got, response = self.recv(type(request))
+        assert got == corr, f"correlation id {got} != {corr}"
+        return response
+
+
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def pick_version(advertised: dict[int, tuple[int, int]], api_key: int, wanted: list[int]) -> int:
+    """The first of ``wanted`` that the broker advertises for ``api_key``."""
+    lo, hi = advertised[api_key]
+    for v in wanted:
+        if lo <= v <= hi:
+            return v
+    raise AssertionError(f"broker advertises {lo}-{hi} for api {api_key}; the test speaks {wanted}")
+
+
+class Raw:
+    """Request builders over kio for the tests that talk raw protocol."""
+
+    RawClient = RawClient
+    build_batch = staticmethod(build_batch)
+    parse_batches = staticmethod(parse_batches)
+    pick_version = staticmethod(pick_version)
+
+    @staticmethod
+    def api_versions(version: int = 0):
+        from kio.index import load_request_schema
+
+        return load_request_schema(18, version)()
+
+    @staticmethod
+    def metadata(topics: list[str] | None, version: int = 8, allow_auto_topic_creation: bool = False):
+        from kio.index import load_entity_module, load_request_schema
+        from kio.static.constants import EntityType
+
+        req_type = load_request_schema(3, version)
+        mod = load_entity_module("metadata", version, EntityType.request)
+        topic_list = None if topics is None else tuple(mod.MetadataRequestTopic(name=t) for t in topics)
+        kwargs: dict[str, Any] = {"topics": topic_list}
+        fields = req_type.__dataclass_fields__
+        if "allow_auto_topic_creation" in fields:
+            kwargs["allow_auto_topic_creation"] = allow_auto_topic_creation
+        for name in ("include_cluster_authorized_operations", "include_topic_authorized_operations"):
+            if name in fields:
+                kwargs[name] = False
+        return req_type(**kwargs)
+
+    @staticmethod
+    def produce(topic: str, partition: int, records: bytes, acks: int = -1, timeout_ms: int = 30000,
+                version: int = 8):
+        import datetime
+
+        from kio.index import load_entity_module, load_request_schema
+        from kio.static.constants import EntityType
+        from kio.static.primitive import Records, i16, i32, i32Timedelta
+
+        mod = load_entity_module("produce", version, EntityType.request)
+        return load_request_schema(0, version)(
+            acks=i16(acks),
+            timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=timeout_ms)),
+            topic_data=(
+                mod.TopicProduceData(
+                    name=topic,
+                    partition_data=(mod.PartitionProduceData(index=i32(partition), records=Records(records)),),
+                ),
+            ),
+        )
+
+    @staticmethod
+    def fetch(topic: str, partition: int, offset: int, max_wait_ms: int = 500, min_bytes: int = 1,
+              max_bytes: int = 10 << 20, partition_max_bytes: int = 1 << 20, version: int = 11):
+        import datetime
+
+        from kio.index import load_entity_module, load_request_schema
+        from kio.static.constants import EntityType
+        from kio.static.primitive import i32, i32Timedelta, i64
+
+        mod = load_entity_module("fetch", version, EntityType.request)
+        return load_request_schema(1, version)(
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=max_wait_ms)),
+            min_bytes=i32(min_bytes),
+            max_bytes=i32(max_bytes),
+            topics=(
+                mod.FetchTopic(
+                    topic=topic,
+                    partitions=(
+                        mod.FetchPartition(
+                            partition=i32(partition),
+                            fetch_offset=i64(offset),
+                            partition_max_bytes=i32(partition_max_bytes),
+                        ),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        )
+
+    @staticmethod
+    def init_producer_id(version: int = 1, transaction_timeout_ms: int = 60000):
+        import datetime
+
+        from kio.index import load_request_schema
+        from kio.static.primitive import i32Timedelta
+
+        return load_request_schema(22, version)(
+            transactional_id=None,
+            transaction_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=transaction_timeout_ms)),
+        )
+
+    @staticmethod
+    def produce_result(response) -> tuple[int, int]:
+        """(error_code, base_offset) of a single-partition Produce response."""
+        (topic,) = response.responses
+        (part,) = topic.partition_responses
+        return int(part.error_code), int(part.base_offset)
+
+    @staticmethod
+    def fetch_result(response) -> tuple[int, int, bytes]:
+        """(error_code, high_watermark, records) of a single-partition Fetch response."""
+        (topic,) = response.responses
+        (part,) = topic.partitions
+        return int(part.error_code), int(part.high_watermark), bytes(part.records or b"")
+
+
+@pytest.fixture(scope="session")
+def raw() -> type[Raw]:
+    return Raw
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -258,7 +258,8 @@ async function main () {
   if (!op) throw new Error(`unknown op ${req.op}`)
   let out
   try {
-    out = { ok: true, result: await op(req) }
+    const result = await op(req)
+    out = { ok: true, result: result === undefined ? null : result }
   } catch (e) {
     out = { ok: false, error: describeError(e) }
   }
