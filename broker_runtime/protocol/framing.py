@@ -139,11 +139,10 @@ def decode_body(header: RequestHeader, frame: memoryview, pos: int) -> Any:
         if pos > len(frame):
             raise FrameError("request header tagged fields run past the end of the frame")
     try:
-        body, size = _reader(cls)(frame, pos)
+        body, _ = _reader(cls)(frame, pos)
     except Exception as exc:  # kio raises assorted errors on malformed input
         raise FrameError(f"malformed {cls.__name__} v{header.api_version}: {exc!r}") from exc
-    if pos + size != len(frame):
-        raise FrameError(f"{len(frame) - pos - size} trailing bytes after {cls.__name__} v{header.api_version}")
+    # Bytes after the body are ignored, as Kafka ignores them: librdkafka's Metadata v11 carries some.
     return body
 
 
