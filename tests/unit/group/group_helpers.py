@@ -212,6 +212,7 @@ class Consumer:
     topics: tuple[str, ...] = ("t",)
     partitions: int = 4
     instance_id: str | None = None
+    session_timeout_ms: int = SESSION_MS
     protocols: tuple[tuple[str, bytes], ...] | None = None
     member_id: str = ""
     generation: int = -1
@@ -224,17 +225,20 @@ class Consumer:
 
     def start_join(self) -> Reply[JoinGroupResult]:
         """Send JoinGroup, doing the MEMBER_ID_REQUIRED round trip if the coordinator asks for it."""
-        reply = self.driver.join(
-            self.group_id, self.member_id, protocols=self.protocol_list(), group_instance_id=self.instance_id
-        )
-        if reply.done and reply.result().error is ErrorCode.member_id_required:
-            self.member_id = reply.result().member_id
-            reply = self.driver.join(
+
+        def join() -> Reply[JoinGroupResult]:
+            return self.driver.join(
                 self.group_id,
                 self.member_id,
                 protocols=self.protocol_list(),
                 group_instance_id=self.instance_id,
+                session_timeout_ms=self.session_timeout_ms,
             )
+
+        reply = join()
+        if reply.done and reply.result().error is ErrorCode.member_id_required:
+            self.member_id = reply.result().member_id
+            reply = join()
         self.join_reply = reply
         return reply
 
