@@ -22,6 +22,7 @@ from broker_runtime.cluster.metadata_store import (
 from broker_runtime.cluster.topics import INTERNAL_TOPICS, assign_replicas, collision_key, validate_topic_name
 from broker_runtime.config import BrokerConfig, ConfigError, message_timestamp_bounds, validate_topic_configs
 from broker_runtime.errors import KafkaError
+from broker_runtime.group.runtime import GroupCoordinatorRuntime
 from broker_runtime.log.config import LogConfig
 from broker_runtime.log.log_manager import LogManager
 from broker_runtime.protocol.records import require_native_crc32c
@@ -117,7 +118,8 @@ class Broker:
 
     def _start_coordinators(self) -> None:
         """Group coordination arrives with the group package; see broker_runtime/group/runtime.py."""
-        # Wired in when broker_runtime/group/runtime.py lands.
+        self.group_coordinator = GroupCoordinatorRuntime(self)
+        self.group_coordinator.start()
 
     async def _stop_coordinators(self) -> None:
         if self.group_coordinator is not None:
@@ -269,6 +271,8 @@ class Broker:
         for index in topic.partitions:
             if self.replica_manager.remove_partition(name, index) is not None:
                 self.log_manager.delete_log(name, index)
+        if self.group_coordinator is not None:
+            self.group_coordinator.on_partitions_deleted([(name, index) for index in topic.partitions])
         log.info("deleted topic %s", name)
 
     def create_partitions(

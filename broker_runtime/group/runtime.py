@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from broker_runtime.errors import KafkaError
-from broker_runtime.group.api import Reply
+from broker_runtime.group.api import Reply, TopicPartition
 from broker_runtime.group.coordinator import Append, GroupCoordinatorConfig, GroupCoordinatorShard
 from broker_runtime.group.records import OFFSETS_TOPIC, partition_for
 from broker_runtime.protocol.records import (
@@ -110,6 +110,14 @@ class GroupCoordinatorRuntime:
 
     def active_shards(self) -> list[GroupCoordinatorShard]:
         return [h.shard for h in self._shards.values() if h.status is ShardStatus.ACTIVE]
+
+    def on_partitions_deleted(self, partitions: list[tuple[str, int]]) -> None:
+        """Topics were deleted: every active shard tombstones the committed offsets of their partitions."""
+        deleted = [TopicPartition(topic, index) for topic, index in partitions]
+        for handle in list(self._shards.values()):
+            if handle.status is ShardStatus.ACTIVE:
+                handle.shard.on_partitions_deleted(deleted)
+                self._after_call(handle)
 
     # --- leadership, load, unload ---------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from broker_runtime.handlers.configs import (
     handle_incremental_alter_configs,
 )
 from broker_runtime.handlers.fetch import handle_fetch
+from broker_runtime.handlers.groups import GROUP_API_VERSIONS, GROUP_HANDLERS
 from broker_runtime.handlers.metadata import handle_metadata
 from broker_runtime.handlers.offsets import (
     handle_delete_records,
@@ -45,7 +46,8 @@ HANDLERS = {
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
+    **GROUP_HANDLERS,
 }
-VERSIONS = dict(CORE_API_VERSIONS)
+VERSIONS = {**CORE_API_VERSIONS, **GROUP_API_VERSIONS}
 
 assert set(HANDLERS) == set(VERSIONS), "every advertised API needs a handler"
