@@ -23,7 +23,7 @@ import contextlib
 import enum
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,7 +34,10 @@ from broker_runtime.group.api import Reply, TopicPartition
 from broker_runtime.group.coordinator import Append, GroupCoordinatorConfig, GroupCoordinatorShard
 from broker_runtime.group.records import OFFSETS_TOPIC, partition_for
 from broker_runtime.protocol.records import (
+    CODEC_NONE,
     CONTROL_COMMIT,
+    HEADER_SIZE,
+    InvalidRecords,
     build_batch,
     decode_records,
     iter_headers,
@@ -50,6 +53,8 @@ T = TypeVar("T")
 
 # Records per appended batch when several operations are waiting: bounds batch size, keeps latency low.
 MAX_RECORDS_PER_APPEND = 2000
+# How often committed offsets of deleted topics are looked for (the metadata store has no deletion events).
+DELETED_TOPICS_CHECK_S = 5.0
 
 
 class ShardStatus(enum.Enum):
@@ -76,23 +81,27 @@ class GroupCoordinatorRuntime:
         self._shards: dict[int, ShardHandle] = {}
         self._wakeup = asyncio.Event()
         self._timer_task: asyncio.Task | None = None
+        self._cleanup_task: asyncio.Task | None = None
         self._active = False
 
     # --- lifecycle ----------------------------------------------------------------------------------------
 
     def start(self) -> None:
         self._active = True
-        self._timer_task = asyncio.get_running_loop().create_task(self._drive_timers(), name="group-timers")
+        loop = asyncio.get_running_loop()
+        self._timer_task = loop.create_task(self._drive_timers(), name="group-timers")
+        self._cleanup_task = loop.create_task(self._forget_deleted_topics(), name="group-deleted-topics")
         self.broker.replica_manager.add_leadership_listener(self._on_leadership)
 
     async def stop(self) -> None:
         self._active = False
         for index in list(self._shards):
             self._unload(index)
-        if self._timer_task is not None:
-            self._timer_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer_task
+        for task in (self._timer_task, self._cleanup_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     @property
     def num_partitions(self) -> int:
@@ -172,16 +181,12 @@ class GroupCoordinatorRuntime:
                     if header.is_control:
                         _replay_marker(shard, data, header)
                     else:
-                        for record in decode_records(data, header):
-                            if record.key is None:
+                        producer_id, transactional = header.producer_id, header.is_transactional
+                        for offset_of_record, key, value in iter_key_values(data, header):
+                            if key is None:
                                 continue  # Kafka requires keys here; a keyless record is not ours
-                            shard.replay(
-                                record.key,
-                                record.value,
-                                record.offset,
-                                producer_id=header.producer_id,
-                                transactional=header.is_transactional,
-                            )
+                            shard.replay(key, value, offset_of_record, producer_id=producer_id,
+                                         transactional=transactional)  # fmt: skip
                             records += 1
                     offset = header.next_offset
                 # Let the broker serve other requests between chunks of a large partition.
@@ -340,6 +345,29 @@ class GroupCoordinatorRuntime:
                     self._after_call(handle)
             await asyncio.sleep(0)  # never monopolise the loop, whatever the shards do
 
+    async def _forget_deleted_topics(self) -> None:
+        """Drop committed offsets of deleted topics (Kafka's handleDeletedPartitions), checked every few seconds."""
+        while True:
+            await asyncio.sleep(DELETED_TOPICS_CHECK_S)
+            try:
+                existing = self.broker.metadata.topics()
+                for handle in list(self._shards.values()):
+                    if handle.status is not ShardStatus.ACTIVE:
+                        continue
+                    gone = [
+                        tp
+                        for committed in handle.shard.offsets.values()
+                        for tp in committed
+                        if tp.topic not in existing or tp.partition not in existing[tp.topic].partitions
+                    ]
+                    if gone:
+                        log.info("dropping %d committed offsets of deleted topics on %s-%d", len(gone), OFFSETS_TOPIC,
+                                 handle.partition)  # fmt: skip
+                        handle.shard.on_partitions_deleted(gone)
+                        self._after_call(handle)
+            except Exception:
+                log.exception("checking for offsets of deleted topics failed")
+
     # --- the topic ----------------------------------------------------------------------------------------------
 
     def ensure_offsets_topic(self) -> bool:
@@ -367,6 +395,56 @@ class GroupCoordinatorRuntime:
             return False
         log.info("created %s with replication factor %d", OFFSETS_TOPIC, replication)
         return False
+
+
+def iter_key_values(data: Any, header: Any) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record of one batch: the loader's hot loop.
+
+    `decode_records` builds full Record objects (timestamps, headers); loading a large partition only needs keys
+    and values, so uncompressed batches (what the coordinator writes) are walked here directly, reading the
+    common one-byte varints inline. Compressed batches go through `decode_records`.
+    """
+    if header.codec != CODEC_NONE:
+        for record in decode_records(data, header):
+            yield record.offset, record.key, record.value
+        return
+    body = bytes(memoryview(data)[header.position + HEADER_SIZE : header.position + header.size])
+    base = header.base_offset
+    pos = 0
+    for _ in range(header.record_count):
+        length, pos = _varint(body, pos)
+        end = pos + length
+        pos += 1  # record attributes
+        _, pos = _varint(body, pos)  # timestamp delta
+        delta, pos = _varint(body, pos)
+        size, pos = _varint(body, pos)
+        key = None
+        if size >= 0:
+            key = body[pos : pos + size]
+            pos += size
+        size, pos = _varint(body, pos)
+        value = None if size < 0 else body[pos : pos + size]
+        if end > len(body):
+            raise InvalidRecords(ErrorCode.corrupt_message, "record length runs past the batch")
+        yield base + delta, key, value
+        pos = end
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint; the one-byte case (lengths under 64, small deltas) without a loop."""
+    byte = buf[pos]
+    if byte < 0x80:
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    raw, shift = byte & 0x7F, 7
+    while True:
+        pos += 1
+        byte = buf[pos]
+        raw |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos + 1
+        shift += 7
+        if shift > 63:
+            raise InvalidRecords(ErrorCode.corrupt_message, "varint too long")
 
 
 def _replay_marker(shard: GroupCoordinatorShard, data: Any, header: Any) -> None:

@@ -154,3 +154,24 @@ def test_offset_delete_refuses_topics_an_active_group_consumes(stable_group) -> 
     finally:
         kp.close()
     assert committed_offsets(bootstrap, group, topic, PARTITIONS)[0] == 5
+
+
+def test_offsets_of_a_deleted_topic_are_forgotten(group_broker, new_topic) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap = group_broker.bootstrap
+    doomed, kept = new_topic(1, broker=group_broker), new_topic(1, broker=group_broker)
+    produce_spread(bootstrap, doomed, 1, 3)
+    produce_spread(bootstrap, kept, 1, 3)
+    group = _group()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(doomed, 0, 2), TopicPartition(kept, 0, 1)])
+    admin.alter_consumer_group_offsets([request])[group].result(TIMEOUT)
+    admin.delete_topics([doomed])[doomed].result(TIMEOUT)
+
+    def committed_topics() -> set[str]:
+        result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(TIMEOUT)
+        return {tp.topic for tp in result.topic_partitions}
+
+    wait_until(lambda: committed_topics() == {kept}, timeout=20, what="the deleted topic's offsets to go")
