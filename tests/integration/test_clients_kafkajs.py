@@ -171,9 +171,11 @@ def test_describe_and_alter_configs(new_topic, kafkajs):
     entries = {e["configName"]: e for e in resource["configEntries"]}
     assert entries["cleanup.policy"]["configValue"] == "compact"
     assert entries["cleanup.policy"]["configSource"] == 1  # DYNAMIC_TOPIC_CONFIG
+    # deploy/standalone.properties sets no log.roll.*: segment.ms is Kafka's default, marked as such
+    assert entries["segment.ms"]["configValue"] == "604800000"
+    assert entries["segment.ms"]["configSource"] == 5  # DEFAULT_CONFIG
+    assert entries["segment.ms"]["isDefault"] is True
     assert entries["retention.ms"]["configValue"] == "604800000"
-    assert entries["retention.ms"]["configSource"] == 5  # DEFAULT_CONFIG
-    assert entries["retention.ms"]["isDefault"] is True
     assert entries["cleanup.policy"]["configSynonyms"][0]["configSource"] == 1
 
     kafkajs("alterConfigs", resources=[{
