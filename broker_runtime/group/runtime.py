@@ -53,8 +53,6 @@ T = TypeVar("T")
 
 # Records per appended batch when several operations are waiting: bounds batch size, keeps latency low.
 MAX_RECORDS_PER_APPEND = 2000
-# How often committed offsets of deleted topics are looked for (the metadata store has no deletion events).
-DELETED_TOPICS_CHECK_S = 5.0
 
 
 class ShardStatus(enum.Enum):
@@ -81,7 +79,6 @@ class GroupCoordinatorRuntime:
         self._shards: dict[int, ShardHandle] = {}
         self._wakeup = asyncio.Event()
         self._timer_task: asyncio.Task | None = None
-        self._cleanup_task: asyncio.Task | None = None
         self._active = False
 
     # --- lifecycle ----------------------------------------------------------------------------------------
@@ -90,18 +87,16 @@ class GroupCoordinatorRuntime:
         self._active = True
         loop = asyncio.get_running_loop()
         self._timer_task = loop.create_task(self._drive_timers(), name="group-timers")
-        self._cleanup_task = loop.create_task(self._forget_deleted_topics(), name="group-deleted-topics")
         self.broker.replica_manager.add_leadership_listener(self._on_leadership)
 
     async def stop(self) -> None:
         self._active = False
         for index in list(self._shards):
             self._unload(index)
-        for task in (self._timer_task, self._cleanup_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        if self._timer_task is not None:
+            self._timer_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timer_task
 
     @property
     def num_partitions(self) -> int:
@@ -344,29 +339,6 @@ class GroupCoordinatorRuntime:
                 if fired:
                     self._after_call(handle)
             await asyncio.sleep(0)  # never monopolise the loop, whatever the shards do
-
-    async def _forget_deleted_topics(self) -> None:
-        """Drop committed offsets of deleted topics (Kafka's handleDeletedPartitions), checked every few seconds."""
-        while True:
-            await asyncio.sleep(DELETED_TOPICS_CHECK_S)
-            try:
-                existing = self.broker.metadata.topics()
-                for handle in list(self._shards.values()):
-                    if handle.status is not ShardStatus.ACTIVE:
-                        continue
-                    gone = [
-                        tp
-                        for committed in handle.shard.offsets.values()
-                        for tp in committed
-                        if tp.topic not in existing or tp.partition not in existing[tp.topic].partitions
-                    ]
-                    if gone:
-                        log.info("dropping %d committed offsets of deleted topics on %s-%d", len(gone), OFFSETS_TOPIC,
-                                 handle.partition)  # fmt: skip
-                        handle.shard.on_partitions_deleted(gone)
-                        self._after_call(handle)
-            except Exception:
-                log.exception("checking for offsets of deleted topics failed")
 
     # --- the topic ----------------------------------------------------------------------------------------------
 
