@@ -225,7 +225,8 @@ const ops = {
 
   // {topic, partitions: [{partition, offset}]}
   async deleteTopicRecords (req) {
-    return withAdmin(req, admin => admin.deleteTopicRecords({
+    // kafkajs looks the leaders up in metadata it must already hold for the topic
+    return withAdmin(req, async admin => (await admin.fetchTopicMetadata({ topics: [req.topic] })) && admin.deleteTopicRecords({
       topic: req.topic,
       partitions: req.partitions.map(p => ({ partition: p.partition, offset: String(p.offset) }))
     }))
