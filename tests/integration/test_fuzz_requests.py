@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 MAX_REQUEST_BYTES = 1 << 20  # socket.request.max.bytes on the fuzzed broker (Tansu: its own default)
 FUZZ = settings(
-    max_examples=40,
+    max_examples=120,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     derandomize=False,
