@@ -44,6 +44,7 @@ class ProducePolicy:
     timestamp_after_max_ms: int
     log_append_time: bool
     min_insync_replicas: int
+    compacted: bool
 
 
 class Broker:
@@ -93,6 +94,7 @@ class Broker:
             asyncio.create_task(self._every("log.retention.check.interval.ms", self._run_retention)),
             asyncio.create_task(self._every("log.flush.scheduler.interval.ms", self._run_flush, cap_ms=1000)),
             asyncio.create_task(self._every("log.flush.offset.checkpoint.interval.ms", self._checkpoint)),
+            asyncio.create_task(self._every("producer.id.expiration.check.interval.ms", self._expire_producers)),
         ]
         log.info(
             "broker %d started: listening on %s:%d, advertising %s:%d, cluster %s",
@@ -141,6 +143,9 @@ class Broker:
         if deleted:
             log.info("retention deleted %d segments", deleted)
 
+    def _expire_producers(self) -> None:
+        self.log_manager.expire_producers(self.clock.time_ms(), self.config["producer.id.expiration.ms"])
+
     def _run_flush(self) -> None:
         self.log_manager.run_flush(self.clock.time_ms())
 
@@ -172,6 +177,7 @@ class Broker:
                 timestamp_after_max_ms=after,
                 log_append_time=effective["message.timestamp.type"] == "LogAppendTime",
                 min_insync_replicas=int(effective["min.insync.replicas"]),
+                compacted="compact" in effective["cleanup.policy"].split(","),
             )
             self._produce_policies[topic] = policy
         return policy
@@ -185,6 +191,8 @@ class Broker:
             leader_epoch=assignment.leader_epoch, replicas=list(assignment.replicas),
             isr=list(assignment.isr or assignment.replicas), broker_id=self.broker_id,
         )  # fmt: skip
+        if partition.is_leader:
+            plog.assign_epoch_start_offset(partition.leader_epoch)
         self.replica_manager.add_partition(partition)
         return partition
 

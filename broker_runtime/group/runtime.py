@@ -272,20 +272,29 @@ class GroupCoordinatorRuntime:
             while not queue.empty() and count < MAX_RECORDS_PER_APPEND:
                 appends.append(queue.get_nowait())
                 count += len(appends[-1].records)
-            error = await self._append(handle, appends)
+            try:
+                error = await self._append(handle, appends)
+            except asyncio.CancelledError:
+                # Unloaded mid-append: whoever waits for these appends still gets an answer.
+                self._finish(handle, appends, ErrorCode.not_coordinator)
+                raise
             if handle.status is not ShardStatus.ACTIVE:
                 error = error or ErrorCode.not_coordinator
-            for append in appends:
-                if append.on_done is None:
-                    continue
-                try:
-                    append.on_done(error)
-                except Exception:
-                    log.exception(
-                        "group coordinator continuation failed on %s-%d", OFFSETS_TOPIC, handle.partition
-                    )
+            self._finish(handle, appends, error)
             if handle.status is ShardStatus.ACTIVE:
                 self._after_call(handle)
+
+    @staticmethod
+    def _finish(handle: ShardHandle, appends: list[Append], error: ErrorCode | None) -> None:
+        for append in appends:
+            if append.on_done is None:
+                continue
+            try:
+                append.on_done(error)
+            except Exception:
+                log.exception(
+                    "group coordinator continuation failed on %s-%d", OFFSETS_TOPIC, handle.partition
+                )
 
     async def _append(self, handle: ShardHandle, appends: list[Append]) -> ErrorCode | None:
         records = [record for append in appends for record in append.records]
@@ -326,8 +335,18 @@ class GroupCoordinatorRuntime:
                          if (d := h.shard.next_deadline()) is not None]  # fmt: skip
             timeout = max(min(deadlines) - now, 0) / 1000 if deadlines else None
             if timeout is None or timeout > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), timeout)
+                # Not asyncio.wait_for: on Python 3.11 it can swallow a cancellation that races with the event,
+                # and then stop() would wait for this task forever.
+                alarm = (
+                    None
+                    if timeout is None
+                    else asyncio.get_running_loop().call_later(timeout, self._wakeup.set)
+                )
+                try:
+                    await self._wakeup.wait()
+                finally:
+                    if alarm is not None:
+                        alarm.cancel()
             for handle in list(self._shards.values()):
                 if handle.status is not ShardStatus.ACTIVE:
                     continue

@@ -6,6 +6,7 @@ import datetime
 
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.cluster.topics import validate_topic_name
 from broker_runtime.config import (
     BROKER_CONFIG_DEFS,
     TOPIC_CONFIG_DEFS,
@@ -30,6 +31,7 @@ def _broker_entity(ctx: RequestContext, resource_name: str) -> str:
 
 
 def _topic(ctx: RequestContext, name: str):
+    validate_topic_name(name)
     topic = ctx.broker.metadata.topics().get(name)
     if topic is None:
         raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
@@ -138,12 +140,10 @@ def _incremental(ctx: RequestContext, res) -> dict[str, str]:
     if res.resource_type == TOPIC:
         current = dict(_topic(ctx, res.resource_name).configs)
         defs = TOPIC_CONFIG_DEFS
-        effective = broker.config.effective_topic_config(current)
     elif res.resource_type == BROKER:
         entity = _broker_entity(ctx, res.resource_name)
         current = broker.config.dynamic_configs(cluster_default=entity == "")
         defs = BROKER_CONFIG_DEFS
-        effective = {k: current.get(k) for k in names}
     else:
         raise KafkaError(ErrorCode.invalid_request, f"resource type {res.resource_type} is not supported")
     for c in res.configs:
@@ -160,7 +160,8 @@ def _incremental(ctx: RequestContext, res) -> dict[str, str]:
         elif op in (APPEND, SUBTRACT):
             if definition.type != ConfigType.LIST:
                 raise KafkaError(ErrorCode.invalid_config, f"{c.name}: APPEND and SUBTRACT apply only to list configs")
-            base = current.get(c.name, effective.get(c.name)) or ""
+            # Kafka starts from the current override, else the config's own default (not a broker synonym).
+            base = current.get(c.name, definition.format(definition.default)) or ""
             items = [x.strip() for x in base.split(",") if x.strip()]
             change = [x.strip() for x in (c.value or "").split(",") if x.strip()]
             if op == APPEND:

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from broker_runtime.errors import KafkaError
 from broker_runtime.handlers.context import RequestContext
 from broker_runtime.protocol.messages import make
+from broker_runtime.protocol.records import CODEC_ZSTD
 
 _ZERO = datetime.timedelta(0)
 READ_COMMITTED = 1
@@ -58,6 +59,8 @@ def _read_once(ctx: RequestContext, request):
                     raise KafkaError(ErrorCode.unknown_topic_or_partition)
                 partition.require_leader()
                 partition.check_leader_epoch(getattr(fp, "current_leader_epoch", -1))
+                if ctx.api_version < 10 and broker.produce_policy(name).codec == CODEC_ZSTD:
+                    raise KafkaError(ErrorCode.unsupported_compression_type, "zstd topics need Fetch v10 or later")
                 plog = partition.log
                 high_watermark = partition.high_watermark
                 records = b""
@@ -85,7 +88,7 @@ def _read_once(ctx: RequestContext, request):
                 parts.append(make(
                     types.PartitionData, partition_index=fp.partition, error_code=exc.error_code,
                     high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
-                    aborted_transactions=None, preferred_read_replica=-1, records=None,
+                    aborted_transactions=None, preferred_read_replica=-1, records=b"",
                 ))  # fmt: skip
         topic_responses.append(make(types.FetchableTopicResponse, topic=name, partitions=tuple(parts)))
     response = make(

@@ -7,6 +7,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.cluster.topics import validate_topic_name
 from broker_runtime.errors import KafkaError
 from broker_runtime.handlers.context import RequestContext
 from broker_runtime.protocol.messages import make
@@ -40,7 +41,11 @@ async def handle_metadata(ctx: RequestContext, request) -> object:
         info = topics.get(name) if name else None
         if error is None and info is None:
             error = ErrorCode.unknown_topic_or_partition
-            if allow_auto_create and name:
+            try:
+                validate_topic_name(name)
+            except KafkaError as exc:
+                error = exc.error_code
+            if allow_auto_create and error == ErrorCode.unknown_topic_or_partition:
                 try:
                     info = broker.maybe_auto_create(name)
                     error = None if info else ErrorCode.unknown_topic_or_partition

@@ -45,10 +45,14 @@ def _list_offset(partition: Partition, timestamp: int) -> tuple[int, int]:
 async def handle_list_offsets(ctx: RequestContext, request) -> object:
     types = ctx.response_types()
     topics = []
+    requested = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    duplicated = {tp for tp in requested if requested.count(tp) > 1}
     for t in request.topics:
         parts = []
         for p in t.partitions:
             try:
+                if (t.name, p.partition_index) in duplicated:
+                    raise KafkaError(ErrorCode.invalid_request, "partition appears more than once")
                 partition = _leader(ctx, t.name, p.partition_index)
                 partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
                 if p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7:

@@ -7,10 +7,17 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from broker_runtime.errors import KafkaError
+from broker_runtime.errors import CloseConnection, KafkaError
 from broker_runtime.handlers.context import RequestContext
 from broker_runtime.protocol.messages import make
-from broker_runtime.protocol.records import InvalidRecords, read_header, recompress, validate_produce_batch
+from broker_runtime.protocol.records import (
+    CODEC_ZSTD,
+    InvalidRecords,
+    decode_records,
+    read_header,
+    recompress,
+    validate_produce_batch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +59,23 @@ async def handle_produce(ctx: RequestContext, request) -> object:
                 if part.records is None:
                     raise KafkaError(ErrorCode.invalid_record, "no records")
                 batch = bytearray(part.records)
-                header = validate_produce_batch(batch, partition.log.config.max_message_bytes)
+                max_bytes = partition.log.config.max_message_bytes
+                header = validate_produce_batch(batch, max_bytes)
+                if header.codec == CODEC_ZSTD and ctx.api_version < 7:
+                    raise KafkaError(ErrorCode.unsupported_compression_type, "zstd needs Produce v7 or later")
                 policy = broker.produce_policy(name)
                 if not policy.log_append_time:
                     _check_timestamps(header, policy, broker.clock.time_ms())
+                if policy.compacted and any(r.key is None for r in decode_records(batch, header)):
+                    raise KafkaError(ErrorCode.invalid_record, f"compacted topic {name} cannot accept a record without a key")
                 if policy.codec is not None and policy.codec != header.codec:
                     batch = recompress(batch, header, policy.codec)
                     header = read_header(batch)
+                    if header.size > max_bytes:
+                        raise KafkaError(
+                            ErrorCode.message_too_large,
+                            f"batch of {header.size} bytes after recompression exceeds max.message.bytes {max_bytes}",
+                        )
                 partition, result = broker.replica_manager.append_local(name, part.index, batch, header, acks=acks)
                 wait = None
                 if acks == -1:
@@ -79,6 +96,10 @@ async def handle_produce(ctx: RequestContext, request) -> object:
         results.setdefault(name, []).append((index, outcome))
 
     if acks == 0:
+        failed = [(name, index, o) for name, parts in results.items() for index, o in parts if isinstance(o, KafkaError)]
+        if failed:
+            name, index, error = failed[0]
+            raise CloseConnection(f"acks=0 produce to {name}-{index} failed: {error.error_code.name} {error.message or ''}")
         return None
     return make(
         types.ProduceResponse,

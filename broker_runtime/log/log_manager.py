@@ -275,16 +275,19 @@ class LogManager:
             self.fs, log_dir / LOG_START_OFFSET_CHECKPOINT, {k: v.log_start_offset for k, v in logs.items()}
         )
 
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget idle producer ids (producer.id.expiration.ms); returns how many."""
+        return sum(plog.producer_state.remove_expired(now_ms, expiration_ms) for plog in self._logs.values())
+
     def run_retention(self, now_ms: int, high_watermarks: Mapping[tuple[str, int], int] | None = None) -> int:
         """Delete whole segments by log start offset, retention.ms and retention.bytes; never above a
-        partition's high watermark when `high_watermarks` has it. Also expires idle producer ids and removes
-        deleted partition dirs whose delay has passed. Returns the number of segments deleted."""
+        partition's high watermark when `high_watermarks` has it. Also removes deleted partition dirs whose delay
+        has passed. Returns the number of segments deleted."""
         deleted = 0
         touched: set[Path] = set()
         for key, partition_log in self._logs.items():
             hw = None if high_watermarks is None else high_watermarks.get(key)
             count = partition_log.delete_old_segments(now_ms, hw)
-            partition_log.producer_state.remove_expired(now_ms)
             if count:
                 deleted += count
                 touched.add(self._log_dir_of[key])

@@ -218,8 +218,9 @@ class PartitionLog:
                 is_transactional=header.is_transactional, offset_hint=base_offset,
             )  # fmt: skip
             if duplicate is not None:
+                append_time = duplicate.timestamp if self.config.log_append_time else -1
                 return AppendResult(
-                    duplicate.first_offset, duplicate.last_offset, -1, self.log_start_offset, True
+                    duplicate.first_offset, duplicate.last_offset, append_time, self.log_start_offset, True
                 )
         stamp(batch, header.position, base_offset, leader_epoch)
         log_append_time = -1
@@ -442,6 +443,11 @@ class PartitionLog:
 
     def latest_epoch(self) -> int:
         return self.leader_epochs.latest_epoch()
+
+    def assign_epoch_start_offset(self, epoch: int) -> None:
+        """A new leader records where its epoch starts, before any append (Kafka's maybeAssignEpochStartOffset)."""
+        if epoch > self.leader_epochs.latest_epoch():
+            self.leader_epochs.assign(epoch, self.log_end_offset)
 
     # --- retention ---------------------------------------------------------------------------------------
 

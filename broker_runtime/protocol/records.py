@@ -160,7 +160,7 @@ def validate_produce_batch(buf: bytes | bytearray, max_message_bytes: int) -> Ba
     """
     size = len(buf)
     if size < HEADER_SIZE:
-        raise InvalidRecords(ErrorCode.corrupt_message, f"record set of {size} bytes is shorter than a batch header")
+        raise InvalidRecords(ErrorCode.invalid_record, f"record set of {size} bytes is shorter than a batch header")
     _, length = _OFFSET_LENGTH.unpack_from(buf, 0)
     if length + LOG_OVERHEAD != size:
         if length + LOG_OVERHEAD < size and length >= HEADER_SIZE - LOG_OVERHEAD:
@@ -168,11 +168,11 @@ def validate_produce_batch(buf: bytes | bytearray, max_message_bytes: int) -> Ba
                 ErrorCode.invalid_record, "produce requests must carry exactly one record batch per partition"
             )
         raise InvalidRecords(
-            ErrorCode.corrupt_message, f"batch length {length} does not match the {size} bytes received"
+            ErrorCode.invalid_record, f"batch length {length} does not match the {size} bytes received"
         )
     header = read_header(buf, 0)
     if header.magic != 2:
-        raise InvalidRecords(ErrorCode.unsupported_for_message_format, f"magic {header.magic} is not supported; only 2")
+        raise InvalidRecords(ErrorCode.invalid_record, f"produce requests must use magic 2, not {header.magic}")
     if size > max_message_bytes:
         raise InvalidRecords(
             ErrorCode.message_too_large, f"batch of {size} bytes exceeds max.message.bytes {max_message_bytes}"

@@ -15,6 +15,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
+from broker_runtime.errors import CloseConnection
 from broker_runtime.handlers.context import RequestContext
 from broker_runtime.protocol.framing import FrameDecoder, FrameError, encode_response, parse_header
 
@@ -111,6 +112,10 @@ class KafkaConnection(asyncio.Protocol):
         if task.cancelled() or self._transport is None:
             return
         exc = task.exception()
+        if isinstance(exc, CloseConnection):
+            log.info("closing connection %s from %s: %s", self.id, self.peer, exc)
+            self.close()
+            return
         if exc is not None:
             log.error("unexpected error handling a request on %s from %s", self.id, self.peer, exc_info=exc)
             self.abort(f"closing connection {self.id} after a handler failure")

@@ -50,10 +50,10 @@ def _corrupt(offset: int, fmt: str, value: int) -> bytearray:
 @pytest.mark.parametrize(
     ("batch", "code"),
     [
-        (_corrupt(16, ">b", 1), ErrorCode.unsupported_for_message_format),  # magic 1
+        (_corrupt(16, ">b", 1), ErrorCode.invalid_record),  # magic 1
         (_corrupt(17, ">I", 12345), ErrorCode.corrupt_message),  # CRC
-        (_corrupt(8, ">i", 10), ErrorCode.corrupt_message),  # length shorter than the bytes
-        (build_batch(RECORDS)[:40], ErrorCode.corrupt_message),  # shorter than a header
+        (_corrupt(8, ">i", 10), ErrorCode.invalid_record),  # length shorter than the bytes
+        (build_batch(RECORDS)[:40], ErrorCode.invalid_record),  # shorter than a header
         (build_batch(RECORDS) + build_batch(RECORDS), ErrorCode.invalid_record),  # two batches
     ],
     ids=["magic", "crc", "length", "truncated", "two-batches"],
