@@ -1,0 +1,291 @@
+"""The asyncio runtime around the shards: load on leadership, answers while loading, ordered appends, append
+failures, unload mid-append, timers. The broker around it is a small in-memory stand-in (real records, real
+batches, no sockets); the real broker is exercised by tests/integration/test_groups_*.py."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from broker_runtime.clock import Clock
+from broker_runtime.errors import KafkaError
+from broker_runtime.group.api import (
+    CommitPartition,
+    HeartbeatArgs,
+    JoinGroupArgs,
+    OffsetCommitArgs,
+    SyncGroupArgs,
+    TopicPartition,
+)
+from broker_runtime.group.records import (
+    OFFSETS_TOPIC,
+    OffsetCommitValue,
+    decode_offset_commit_value,
+    encode_offset_commit_key,
+    encode_offset_commit_value,
+    partition_for,
+)
+from broker_runtime.group.runtime import GroupCoordinatorRuntime
+from broker_runtime.protocol.records import build_batch, decode_records, iter_headers, read_header, stamp
+
+E = ErrorCode
+PARTITIONS = 3
+
+
+class MemoryLog:
+    def __init__(self) -> None:
+        self.batches: list[bytearray] = []
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+
+    def append(self, batch: bytearray) -> int:
+        header = read_header(batch)
+        base = self.log_end_offset
+        stamp(batch, 0, base, 0)
+        self.batches.append(batch)
+        self.log_end_offset = base + header.last_offset_delta + 1
+        return base
+
+    def read(self, start: int, max_bytes: int, max_offset: int, min_one_batch: bool) -> bytes:
+        out = bytearray()
+        for batch in self.batches:
+            header = read_header(batch)
+            if header.next_offset <= start or header.base_offset >= max_offset:
+                continue
+            if out and len(out) + len(batch) > max_bytes:
+                break
+            out += batch
+        return bytes(out)
+
+
+@dataclass
+class FakePartition:
+    log: MemoryLog = field(default_factory=MemoryLog)
+
+
+@dataclass
+class AppendResult:
+    base_offset: int
+
+
+class FakeReplicaManager:
+    def __init__(self) -> None:
+        self.partitions: dict[int, FakePartition] = {}
+        self.listeners = []
+        self.fail_with: ErrorCode | None = None
+        self.gate: asyncio.Event | None = None  # when set, appends wait for it
+        self.appended_batches = 0
+
+    def add_leadership_listener(self, fn) -> None:
+        self.listeners.append(fn)
+
+    def lead(self, index: int, is_leader: bool = True) -> None:
+        self.partitions.setdefault(index, FakePartition())
+        for fn in self.listeners:
+            fn(OFFSETS_TOPIC, index, is_leader, 0)
+
+    def get_partition(self, topic: str, index: int):
+        return self.partitions.get(index) if topic == OFFSETS_TOPIC else None
+
+    async def append(self, topic, index, batch, header, *, acks, timeout_ms):
+        assert (topic, acks) == (OFFSETS_TOPIC, -1)
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail_with is not None:
+            raise KafkaError(self.fail_with)
+        self.appended_batches += 1
+        return AppendResult(self.partitions[index].log.append(batch))
+
+
+class FakeMetadata:
+    def __init__(self) -> None:
+        self.topic = type("Topic", (), {"partitions": dict.fromkeys(range(PARTITIONS))})()
+
+    def topics(self):
+        return {OFFSETS_TOPIC: self.topic}
+
+    def brokers(self):
+        return [object()]
+
+
+class FakeBroker:
+    def __init__(self) -> None:
+        self.clock = Clock()
+        self.config = {
+            "group.min.session.timeout.ms": 10,
+            "group.max.session.timeout.ms": 60_000,
+            "group.max.size": 100,
+            "group.initial.rebalance.delay.ms": 0,
+            "offset.metadata.max.bytes": 4096,
+            "offsets.retention.minutes": 10080,
+            "offsets.retention.check.interval.ms": 600_000,
+            "offsets.load.buffer.size": 300,  # tiny: the load reads many chunks
+            "offsets.commit.timeout.ms": 5000,
+            "offsets.topic.compression.codec": 0,
+        }
+        self.replica_manager = FakeReplicaManager()
+        self.metadata = FakeMetadata()
+
+
+def group_on(partition: int) -> str:
+    return next(g for g in (f"group-{i}" for i in range(1000)) if partition_for(g, PARTITIONS) == partition)
+
+
+def commit(group: str, offset: int) -> OffsetCommitArgs:
+    return OffsetCommitArgs(group, (CommitPartition("t", 0, offset),))
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 20))
+
+
+async def started() -> tuple[FakeBroker, GroupCoordinatorRuntime]:
+    broker = FakeBroker()
+    runtime = GroupCoordinatorRuntime(broker)
+    runtime.start()
+    return broker, runtime
+
+
+async def until(condition, what: str) -> None:
+    for _ in range(2000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"no {what}")
+
+
+def test_a_partition_loads_from_its_log_and_serves_only_when_loaded() -> None:
+    async def scenario():
+        broker, runtime = await started()
+        group = group_on(1)
+        log = broker.replica_manager.partitions.setdefault(1, FakePartition()).log
+        for i in range(50):  # an existing partition: 50 commits of one offset, one batch each
+            key = encode_offset_commit_key(group, "t", 0)
+            log.append(build_batch([(key, encode_offset_commit_value(OffsetCommitValue(i, f"m{i}", 0)))]))
+        with pytest.raises(KafkaError) as not_ours:
+            await runtime.call(group, lambda s: s.fetch_offsets(group, None))
+        assert not_ours.value.error_code is E.not_coordinator
+        broker.replica_manager.lead(1)
+        with pytest.raises(KafkaError) as loading:
+            await runtime.call(group, lambda s: s.fetch_offsets(group, None))
+        assert loading.value.error_code is E.coordinator_load_in_progress
+        assert runtime.is_loading()
+        await until(lambda: not runtime.is_loading(), "end of the load")
+        fetched = await runtime.call(group, lambda s: s.fetch_offsets(group, [TopicPartition("t", 0)]))
+        assert (fetched.partitions[0].offset, fetched.partitions[0].metadata) == (49, "m49")
+        await runtime.stop()
+
+    run(scenario())
+
+
+def test_appends_go_out_in_order_and_replies_wait_for_them() -> None:
+    async def scenario():
+        broker, runtime = await started()
+        group = group_on(0)
+        broker.replica_manager.lead(0)
+        await until(lambda: runtime.active_shards(), "the shard")
+        broker.replica_manager.gate = asyncio.Event()
+        pending = [asyncio.ensure_future(runtime.call(group, lambda s, i=i: s.commit_offsets(commit(group, i))))
+                   for i in range(20)]  # fmt: skip
+        await asyncio.sleep(0.05)
+        assert not any(p.done() for p in pending), "a commit was answered before it was appended"
+        broker.replica_manager.gate.set()
+        results = await asyncio.gather(*pending)
+        assert all(r[0].error is E.none for r in results)
+        # Queued commits were batched into fewer appends, in order: the last one wins.
+        assert broker.replica_manager.appended_batches < 20
+        written = [
+            decode_offset_commit_value(r.value).offset
+            for b in broker.replica_manager.partitions[0].log.batches
+            for header in iter_headers(b)
+            for r in decode_records(b, header)
+        ]
+        assert written == list(range(20))
+        fetched = await runtime.call(group, lambda s: s.fetch_offsets(group, [TopicPartition("t", 0)]))
+        assert fetched.partitions[0].offset == 19
+        await runtime.stop()
+
+    run(scenario())
+
+
+def test_a_failed_append_answers_with_kafkas_mapped_error_and_stores_nothing() -> None:
+    async def scenario():
+        broker, runtime = await started()
+        group = group_on(2)
+        broker.replica_manager.lead(2)
+        await until(lambda: runtime.active_shards(), "the shard")
+        broker.replica_manager.fail_with = E.not_enough_replicas
+        (result,) = await runtime.call(group, lambda s: s.commit_offsets(commit(group, 5)))
+        assert result.error is E.coordinator_not_available
+        broker.replica_manager.fail_with = None
+        fetched = await runtime.call(group, lambda s: s.fetch_offsets(group, [TopicPartition("t", 0)]))
+        assert fetched.partitions[0].offset == -1
+        await runtime.stop()
+
+    run(scenario())
+
+
+def test_losing_leadership_mid_append_answers_not_coordinator() -> None:
+    async def scenario():
+        broker, runtime = await started()
+        group = group_on(0)
+        broker.replica_manager.lead(0)
+        await until(lambda: runtime.active_shards(), "the shard")
+        broker.replica_manager.gate = asyncio.Event()  # the append never completes
+        waiting = asyncio.ensure_future(runtime.call(group, lambda s: s.commit_offsets(commit(group, 1))))
+        await asyncio.sleep(0.02)
+        broker.replica_manager.lead(0, is_leader=False)
+        (result,) = await waiting
+        assert result.error is E.not_coordinator
+        with pytest.raises(KafkaError) as moved:
+            await runtime.call(group, lambda s: s.fetch_offsets(group, None))
+        assert moved.value.error_code is E.not_coordinator
+        await runtime.stop()
+
+    run(scenario())
+
+
+def test_the_timer_task_completes_joins_and_ends_silent_sessions() -> None:
+    async def scenario():
+        broker, runtime = await started()
+        group = group_on(1)
+        broker.replica_manager.lead(1)
+        await until(lambda: runtime.active_shards(), "the shard")
+        args = JoinGroupArgs(group, "", "consumer", (("range", b""),), session_timeout_ms=50,
+                             rebalance_timeout_ms=100, require_known_member_id=False)  # fmt: skip
+        joined = await runtime.call(
+            group, lambda s: s.join_group(args)
+        )  # delay 0: the timer task completes it
+        assert joined.error is E.none and joined.generation_id == 1
+        beat = HeartbeatArgs(group, 1, joined.member_id)
+        assert await runtime.call(group, lambda s: s.heartbeat(beat)) is E.none
+        await asyncio.sleep(0.2)  # no heartbeat: the session ends, the group empties
+        assert await runtime.call(group, lambda s: s.heartbeat(beat)) is E.unknown_member_id
+        await runtime.stop()
+
+    run(scenario())
+
+
+def test_a_parked_join_is_answered_not_coordinator_when_the_partition_moves() -> None:
+    async def scenario():
+        broker, runtime = await started()
+        group = group_on(1)
+        broker.replica_manager.lead(1)
+        await until(lambda: runtime.active_shards(), "the shard")
+        first_args = JoinGroupArgs(group, "", "consumer", (("range", b""),), 5000, 5000,
+                                   require_known_member_id=False)  # fmt: skip
+        first = await runtime.call(group, lambda s: s.join_group(first_args))
+        sync = SyncGroupArgs(group, first.generation_id, first.member_id, assignments={first.member_id: b"a"})
+        assert (await runtime.call(group, lambda s: s.sync_group(sync))).error is E.none
+        # A newcomer's JoinGroup waits for the first member to rejoin.
+        parked = asyncio.ensure_future(runtime.call(group, lambda s: s.join_group(first_args)))
+        await asyncio.sleep(0.05)
+        assert not parked.done()
+        broker.replica_manager.lead(1, is_leader=False)
+        assert (await parked).error is E.not_coordinator
+        await runtime.stop()
+
+    run(scenario())
