@@ -369,6 +369,8 @@ def produce_once(broker: Broker, topic: str, size: int, records: int, cap_s: flo
         "broker_cpu_s_per_million": cpu_b / delivered * 1e6 if delivered else None,
         "broker_cpu_s_per_gb": cpu_b / (delivered * size) * 1e9 if delivered else None,
         "client_errors": errors[:5],
+        # the load generator's core is saturated: the number is a floor for the broker, not its limit
+        "client_bound": 100 * cpu_c / elapsed > 90,
     }
 
 
@@ -720,7 +722,8 @@ def physical_probes(workdir: Path, quick: bool) -> dict[str, Any]:
 
 def run_target(target: str, profile: Profile, workdir: Path) -> dict[str, Any]:
     res: dict[str, Any] = {"target": target, "storage": "memory:// (no disk, no fsync)" if target == "tansu"
-                           else "disk (log.dirs under var/bench), Kafka default flush settings"}
+                           else "disk (log.dirs under var/bench), Kafka default flush settings",
+                           "loadavg_at_start": os.getloadavg()}
     try:
         broker = Broker(target, workdir / target).start()
     except Exception as e:
@@ -745,6 +748,7 @@ def run_target(target: str, profile: Profile, workdir: Path) -> dict[str, Any]:
                     runs = [produce_once(broker, topic, size, records, profile.produce_cap_s)
                             for _ in range(profile.runs)]
                     scenarios[name] = {
+                        "client_bound": sum(r["client_bound"] for r in runs) > len(runs) / 2,
                         "records_per_s": summarize([r["records_per_s"] for r in runs]),
                         "mb_per_s": summarize([r["mb_per_s"] for r in runs]),
                         "broker_cpu_s_per_million": summarize(
@@ -785,6 +789,7 @@ def run_target(target: str, profile: Profile, workdir: Path) -> dict[str, Any]:
         except Exception as e:
             scenarios["group-first-message"] = {"error": repr(e), "broker_log": broker.log_tail()}
         res["broker_rss_mb_after_load"] = broker.rss() / 1e6
+        res["loadavg_at_end"] = os.getloadavg()
     finally:
         code = broker.stop()
         res["exit_code_after_sigterm"] = code
@@ -832,8 +837,12 @@ def markdown(report: dict[str, Any]) -> str:
     def scen(t: dict, name: str) -> dict | None:
         return (t.get("scenarios") or {}).get(name)
 
+    def bound(s: dict | None) -> str:
+        return " (client-bound)" if s and s.get("client_bound") else ""
+
     for name in ("produce-100B-1p", "produce-100B-6p", "produce-1KiB-1p", "produce-1KiB-6p"):
-        rows.append(f"| {name} | records/s | " + " | ".join(cell(scen(t, name), "records_per_s", 0) for t in targets) + " |")
+        rows.append(f"| {name} | records/s | " + " | ".join(
+            cell(scen(t, name), "records_per_s", 0) + bound(scen(t, name)) for t in targets) + " |")
         rows.append(f"| {name} | MB/s | " + " | ".join(cell(scen(t, name), "mb_per_s") for t in targets) + " |")
         rows.append(f"| {name} | broker CPU-s / M records | " + " | ".join(
             cell(scen(t, name), "broker_cpu_s_per_million", 2) for t in targets) + " |")
@@ -882,6 +891,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"Commit `{m.get('git_commit', '?')[:12]}`{' (dirty tree)' if m.get('git_dirty') else ''}; "
         f"{m.get('nproc')} CPUs ({_cpu_model(m)}), {m.get('MemTotal', '?')} RAM; Python {sys.version.split()[0]}; "
         f"confluent-kafka {m.get('confluent_kafka')} / librdkafka {m.get('librdkafka')}; {m.get('pinning')}.",
+        "Load average when each broker's runs started: " + ", ".join(
+            f"{t['target']} {fmt(t.get('loadavg_at_start', [None])[0], 2)}" for t in targets)
+        + " (other work on this machine skews the numbers; a load well above 0 means a noisy run).",
         f"Median of {report['runs_per_scenario']} measured runs (min-max) after "
         f"{'one discarded warm-up' if report['warmup'] else 'no warm-up'}. Odradek writes to disk with Kafka's "
         "default flush settings; Tansu keeps everything in memory (no disk, no fsync) — compare accordingly.",

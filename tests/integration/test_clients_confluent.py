@@ -572,3 +572,25 @@ def test_describe_cluster(bootstrap, clients):
     host, port = bootstrap.rsplit(":", 1)
     assert (node.host, node.port) == (host, int(port))
     assert desc.controller is not None and desc.controller.id == node.id
+
+
+def test_legacy_alter_broker_configs(bootstrap, clients):
+    # AlterConfigs (not incremental) on a broker: the given set becomes the broker's whole dynamic config
+    admin = clients.confluent_admin(bootstrap)
+    broker = str(node_id(admin))
+    res = ConfigResource(ResourceType.BROKER, broker, set_config={"log.cleaner.backoff.ms": "17000"})
+    admin.alter_configs([res], request_timeout=TIMEOUT)[res].result(timeout=TIMEOUT)
+    try:
+        got = describe(admin, ResourceType.BROKER, broker, ["log.cleaner.backoff.ms"])["log.cleaner.backoff.ms"]
+        assert (got.value, got.source) == ("17000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        # a static-only key is refused and nothing changes
+        bad = ConfigResource(ResourceType.BROKER, broker, set_config={"broker.id": "7"})
+        err = admin_error(admin.alter_configs([bad], request_timeout=TIMEOUT)[bad])
+        assert err.code() in (KafkaError.INVALID_REQUEST, KafkaError.INVALID_CONFIG), err
+        got = describe(admin, ResourceType.BROKER, broker, ["log.cleaner.backoff.ms"])["log.cleaner.backoff.ms"]
+        assert got.value == "17000"
+    finally:
+        empty = ConfigResource(ResourceType.BROKER, broker, set_config={})
+        admin.alter_configs([empty], request_timeout=TIMEOUT)[empty].result(timeout=TIMEOUT)
+    got = describe(admin, ResourceType.BROKER, broker, ["log.cleaner.backoff.ms"])["log.cleaner.backoff.ms"]
+    assert (got.value, got.source) == ("15000", ConfigSource.DEFAULT_CONFIG.value)
