@@ -320,6 +320,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "odradek_only: needs a durable broker (restarts, kill -9, settings Tansu lacks)"
     )
+    # kafka-python 3 loads its protocol schemas with importlib.resources' legacy API on every import
+    config.addinivalue_line("filterwarnings", "ignore:.*is deprecated. Use files\\(\\) instead:DeprecationWarning")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
