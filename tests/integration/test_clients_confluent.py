@@ -445,7 +445,7 @@ def test_delete_records_moves_log_start(bootstrap, new_topic, clients):
 
 
 def test_describe_topic_configs_values_sources_defaults_synonyms(bootstrap, new_topic, clients):
-    topic = new_topic(config={"retention.ms": "86400000"})
+    topic = new_topic(config={"retention.ms": "86400000", "max.message.bytes": "2000000"})
     admin = clients.confluent_admin(bootstrap)
     entries = describe(admin, ResourceType.TOPIC, topic)
     # every topic config Kafka has is listed, overridden or not
@@ -456,10 +456,16 @@ def test_describe_topic_configs_values_sources_defaults_synonyms(bootstrap, new_
         assert key in entries, f"DescribeConfigs lacks {key}"
     r = entries["retention.ms"]
     assert (r.value, r.source, r.is_default) == ("86400000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value, False)
-    # synonyms, most specific first: the topic override, then the broker's default (log.retention.*)
-    syn = list(r.synonyms.values())
-    assert syn[0].name == "retention.ms" and syn[0].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
-    assert any(s.name.startswith("log.retention.") for s in syn[1:]), [s.name for s in syn]
+    # Kafka's ConfigHelper drops broker synonyms listed before the first one named like the topic config's own
+    # broker synonym: log.retention.ms is unset (only .hours has a value), so only the override remains.
+    assert [(s.name, s.source) for s in r.synonyms.values()] == [
+        ("retention.ms", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    ]
+    # synonyms, most specific first: the topic override, then the broker's message.max.bytes
+    m = entries["max.message.bytes"]
+    assert [(s.name, s.value) for s in m.synonyms.values()] == [
+        ("max.message.bytes", "2000000"), ("message.max.bytes", "1048588")
+    ]
     # no log.roll.* in the broker's config: Kafka's default, marked as such
     seg = entries["segment.ms"]
     assert seg.value == "604800000" and seg.is_default
@@ -469,7 +475,7 @@ def test_describe_topic_configs_values_sources_defaults_synonyms(bootstrap, new_
     assert sb.value == "1073741824"
     assert sb.source in (ConfigSource.STATIC_BROKER_CONFIG.value, ConfigSource.DEFAULT_CONFIG.value)
     assert entries["cleanup.policy"].value == "delete"
-    assert entries["max.message.bytes"].value == "1048588"
+    assert entries["max.message.bytes"].value == "2000000"
 
 
 def test_describe_broker_configs(bootstrap, clients, broker_target):
