@@ -171,7 +171,9 @@ def test_offsets_of_a_deleted_topic_are_forgotten(group_broker, new_topic) -> No
     admin.delete_topics([doomed])[doomed].result(TIMEOUT)
 
     def committed_topics() -> set[str]:
-        result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(TIMEOUT)
+        result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(
+            TIMEOUT
+        )
         return {tp.topic for tp in result.topic_partitions}
 
     wait_until(lambda: committed_topics() == {kept}, timeout=20, what="the deleted topic's offsets to go")

@@ -24,4 +24,6 @@ def test_iter_key_values_matches_decode_records(records, base_offset, codec, pre
     header = read_header(data, len(prefix))
     expected = [(r.offset, r.key, r.value) for r in decode_records(data, header)]
     assert list(iter_key_values(data, header)) == expected
-    assert [(o, k, v) for o, k, v in expected] == [(base_offset + i, k, v) for i, (k, v) in enumerate(records)]
+    assert [(o, k, v) for o, k, v in expected] == [
+        (base_offset + i, k, v) for i, (k, v) in enumerate(records)
+    ]
