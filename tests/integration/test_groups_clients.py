@@ -106,13 +106,14 @@ def test_eager_group_survives_a_crashed_member(assignor, group_broker, new_topic
     bootstrap = group_broker.bootstrap
     topic = new_topic(PARTITIONS, broker=group_broker)
     group = _group()
-    produce_spread(bootstrap, topic, PARTITIONS, 100, "x")
+    produce_spread(bootstrap, topic, PARTITIONS, 30, "x")
     # Slow members (10 records per 100 ms batch, commit after each) so that everyone is busy when b dies.
     options = {"session_timeout_ms": 6000, "pace_ms": 100}
     a = members("confluent", bootstrap, group, topic, assignor=assignor, name="a", **options)
     b = members("kafka-python", bootstrap, group, topic, assignor=assignor, name="b", **options)
     c = members("aiokafka", bootstrap, group, topic, assignor=assignor, name="c", **options)
     wait_until(lambda: settled([a, b, c], PARTITIONS), what="three members settled")
+    produce_spread(bootstrap, topic, PARTITIONS, 60, "x2")  # work for everyone, whoever joined first
     b.wait_for(lambda m: any(e["event"] == "committed" for e in m.events), what="b committing")
     b.kill()  # no LeaveGroup, no last commit: the coordinator notices when b's session runs out
     wait_until(lambda: settled([a, c], PARTITIONS), timeout=30, what="a and c taking over b's partitions")
