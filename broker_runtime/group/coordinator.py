@@ -770,6 +770,10 @@ class GroupCoordinatorShard:
         return None
 
     def _store_assignment(self, group: ClassicGroup, leader_assignment: dict[str, bytes]) -> None:
+        log.info(
+            "assignment received from leader %s for group %s for generation %d; %d members",
+            group.leader_id, group.group_id, group.generation_id, group.size,
+        )  # fmt: skip
         # Members the leader left out get an empty assignment; ids that are not members are ignored.
         assignment = {member_id: leader_assignment.get(member_id, b"") for member_id in group.members}
         missing = [m for m in group.members if m not in leader_assignment]
@@ -795,6 +799,7 @@ class GroupCoordinatorShard:
                     member.assignment = assignment.get(member_id, b"")
                 self._propagate_assignment(group, ErrorCode.none)
                 group.transition_to(GroupState.STABLE, self.clock.time_ms())
+                log.info("group %s is Stable in generation %d", group.group_id, generation)
 
         self._write([self._group_metadata_record(group, assignment)], on_done)
 

@@ -104,7 +104,9 @@ class Member:
                     f"{self.label} exited ({self.proc.returncode}) before {what}\n{self.stderr()}"
                 )
             if time.monotonic() > deadline:
-                raise AssertionError(f"{self.label}: no {what} within {timeout}s; events {self.events[-5:]}")
+                raise AssertionError(
+                    f"{self.label}: no {what} within {timeout}s; events {self.events[-5:]}\n{self.stderr()}"
+                )
             time.sleep(0.05)
 
     @property
@@ -132,7 +134,7 @@ class Member:
 
     def stderr(self) -> str:
         try:
-            return self.stderr_path.read_text(errors="replace")[-3000:] if self.stderr_path else ""
+            return self.stderr_path.read_text(errors="replace")[-6000:] if self.stderr_path else ""
         except OSError:
             return ""
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import sys
 import time
@@ -224,6 +225,8 @@ async def _run_aiokafka(req: dict) -> None:
 def main() -> int:
     global BATCH, PACE_S
     req = json.loads(sys.argv[1])
+    # The client's own log goes to stderr (a file the harness shows when a member misbehaves).
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     if req.get("pace_ms"):
         BATCH, PACE_S = 10, req["pace_ms"] / 1000
     signal.signal(signal.SIGTERM, _on_sigterm)
