@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import datetime
 import logging
 
 from kio.schema.errors import ErrorCode
 
 from broker_runtime.errors import CloseConnection, KafkaError
 from broker_runtime.handlers.context import RequestContext
-from broker_runtime.protocol.messages import make
+from broker_runtime.protocol.produce_response import PartitionResult, encode_produce_response
 from broker_runtime.protocol.records import (
     CODEC_ZSTD,
     InvalidRecords,
@@ -21,17 +20,10 @@ from broker_runtime.protocol.records import (
 
 log = logging.getLogger(__name__)
 
-_ZERO = datetime.timedelta(0)
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-
-
-def _append_time(ms: int) -> datetime.datetime | None:
-    return None if ms < 0 else _EPOCH + datetime.timedelta(milliseconds=ms)
 
 
 async def handle_produce(ctx: RequestContext, request) -> object:
     broker = ctx.broker
-    types = ctx.response_types()
     acks = request.acks
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     topics_meta = broker.metadata.topics()
@@ -101,16 +93,10 @@ async def handle_produce(ctx: RequestContext, request) -> object:
             name, index, error = failed[0]
             raise CloseConnection(f"acks=0 produce to {name}-{index} failed: {error.error_code.name} {error.message or ''}")
         return None
-    return make(
-        types.ProduceResponse,
-        throttle_time=_ZERO,
-        responses=tuple(
-            make(types.TopicProduceResponse, name=name, partition_responses=tuple(
-                _partition_response(types, index, outcome) for index, outcome in parts
-            ))
-            for name, parts in results.items()
-        ),
-    )  # fmt: skip
+    return encode_produce_response(
+        ctx.api_version,
+        [(name, [_partition_result(index, outcome) for index, outcome in parts]) for name, parts in results.items()],
+    )
 
 
 def _check_timestamps(header, policy, now_ms: int) -> None:
@@ -124,14 +110,7 @@ def _check_timestamps(header, policy, now_ms: int) -> None:
         )
 
 
-def _partition_response(types, index: int, outcome) -> object:
+def _partition_result(index: int, outcome) -> PartitionResult:
     if isinstance(outcome, KafkaError):
-        return make(
-            types.PartitionProduceResponse, index=index, error_code=outcome.error_code, base_offset=-1,
-            log_append_time=None, log_start_offset=-1, record_errors=(), error_message=outcome.message,
-        )  # fmt: skip
-    return make(
-        types.PartitionProduceResponse, index=index, error_code=ErrorCode.none, base_offset=outcome.base_offset,
-        log_append_time=_append_time(outcome.log_append_time), log_start_offset=outcome.log_start_offset,
-        record_errors=(), error_message=None,
-    )  # fmt: skip
+        return index, outcome.error_code, -1, -1, -1, outcome.message
+    return index, 0, outcome.base_offset, outcome.log_append_time, outcome.log_start_offset, None

@@ -42,6 +42,14 @@ class RequestHeader:
     client_id: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class EncodedBody:
+    """A response body already in wire form (hand-encoded hot-path responses)."""
+
+    body: bytes
+    flexible: bool
+
+
 class FrameDecoder:
     """Accumulates received bytes and splits them into frames."""
 
@@ -148,6 +156,9 @@ def decode_body(header: RequestHeader, frame: memoryview, pos: int) -> Any:
 
 def encode_response(correlation_id: int, response: Any, *, header_v0: bool = False) -> bytes:
     """Frame a kio response: size, correlation id, tagged fields (flexible, except ApiVersions), body."""
+    if isinstance(response, EncodedBody):
+        tag = b"\x00" if response.flexible else b""
+        return _SIZE.pack(4 + len(tag) + len(response.body)) + _CORRELATION.pack(correlation_id) + tag + response.body
     out = io.BytesIO()
     out.write(b"\x00\x00\x00\x00")
     out.write(_CORRELATION.pack(correlation_id))

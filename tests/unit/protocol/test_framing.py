@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 
 from broker_runtime.handlers.api_versions import unsupported_version_response
 from broker_runtime.protocol.apis import CORE_API_VERSIONS
-from broker_runtime.protocol.framing import FrameDecoder, FrameError, decode_body, encode_response, parse_header
+from broker_runtime.protocol.framing import (
+    FrameDecoder,
+    FrameError,
+    decode_body,
+    encode_response,
+    parse_header,
+)
 
 # ApiVersions v0 request from correlation id 7, client "c": no body.
 API_VERSIONS_V0 = bytes.fromhex(
@@ -40,7 +46,7 @@ def test_header_and_empty_body_parse() -> None:
 
 @pytest.mark.parametrize("size", [-1, 1025])
 def test_frame_size_outside_limit_is_refused(size: int) -> None:
-    with pytest.raises(FrameError, match="socket.request.max.bytes"):
+    with pytest.raises(FrameError, match=r"socket\.request\.max\.bytes"):
         FrameDecoder(1024).feed(struct.pack(">i", size))
 
 
