@@ -13,7 +13,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m broker_runtime", description="Run an Odradek broker.")
     parser.add_argument("--config", help="a Kafka-style .properties file")
     parser.add_argument(
-        "--override", action="append", default=[], metavar="KEY=VALUE", help="override one setting (repeatable)"
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting (repeatable)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(

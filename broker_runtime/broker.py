@@ -76,7 +76,7 @@ class Broker:
     async def start(self) -> None:
         self.log_manager.startup(self.broker_id, self.metadata.cluster_id)
         topics = self.metadata.topics()
-        for (name, index) in list(self.log_manager.logs()):
+        for name, index in list(self.log_manager.logs()):
             topic = topics.get(name)
             known_id = self.log_manager.topic_ids.get((name, index))
             if topic is None or index not in topic.partitions or (known_id and known_id != topic.topic_id):
@@ -94,7 +94,9 @@ class Broker:
             asyncio.create_task(self._every("log.retention.check.interval.ms", self._run_retention)),
             asyncio.create_task(self._every("log.flush.scheduler.interval.ms", self._run_flush, cap_ms=1000)),
             asyncio.create_task(self._every("log.flush.offset.checkpoint.interval.ms", self._checkpoint)),
-            asyncio.create_task(self._every("producer.id.expiration.check.interval.ms", self._expire_producers)),
+            asyncio.create_task(
+                self._every("producer.id.expiration.check.interval.ms", self._expire_producers)
+            ),
         ]
         log.info(
             "broker %d started: listening on %s:%d, advertising %s:%d, cluster %s",
@@ -185,7 +187,9 @@ class Broker:
     def _host_partition(self, topic: TopicInfo, index: int, assignment: PartitionAssignment) -> Partition:
         plog = self.log_manager.get_log(topic.name, index)
         if plog is None:
-            plog = self.log_manager.create_log(topic.name, index, self.topic_log_config(topic), topic.topic_id)
+            plog = self.log_manager.create_log(
+                topic.name, index, self.topic_log_config(topic), topic.topic_id
+            )
         partition = Partition(
             topic=topic.name, index=index, topic_id=topic.topic_id, log=plog, leader_id=assignment.leader,
             leader_epoch=assignment.leader_epoch, replicas=list(assignment.replicas),
@@ -231,7 +235,10 @@ class Broker:
             if replication_factor == -1:
                 replication_factor = self.config["default.replication.factor"]
             if num_partitions <= 0:
-                raise KafkaError(ErrorCode.invalid_partitions, f"number of partitions must be larger than 0, got {num_partitions}")
+                raise KafkaError(
+                    ErrorCode.invalid_partitions,
+                    f"number of partitions must be larger than 0, got {num_partitions}",
+                )
             if replication_factor <= 0:
                 raise KafkaError(
                     ErrorCode.invalid_replication_factor,
@@ -245,7 +252,10 @@ class Broker:
         topic = TopicInfo(
             name=name,
             topic_id=uuid.uuid4(),
-            partitions={p: PartitionAssignment(replicas=r, leader=r[0], leader_epoch=0, isr=list(r)) for p, r in replica_lists.items()},
+            partitions={
+                p: PartitionAssignment(replicas=r, leader=r[0], leader_epoch=0, isr=list(r))
+                for p, r in replica_lists.items()
+            },
             configs=clean_configs,
             internal=internal or name in INTERNAL_TOPICS,
         )
@@ -255,14 +265,18 @@ class Broker:
         for index, assignment in topic.partitions.items():
             if self.broker_id in assignment.replicas:
                 self._host_partition(topic, index, assignment)
-        log.info("created topic %s with %d partitions, configs %s", name, len(topic.partitions), clean_configs)
+        log.info(
+            "created topic %s with %d partitions, configs %s", name, len(topic.partitions), clean_configs
+        )
         return topic
 
     def maybe_auto_create(self, name: str) -> TopicInfo | None:
         if not self.config["auto.create.topics.enable"] or name in INTERNAL_TOPICS:
             return None
         try:
-            return self.create_topic(name, -1, min(self.config["default.replication.factor"], len(self.metadata.brokers())))
+            return self.create_topic(
+                name, -1, min(self.config["default.replication.factor"], len(self.metadata.brokers()))
+            )
         except KafkaError as exc:
             if exc.error_code == ErrorCode.topic_already_exists:
                 return self.metadata.topics().get(name)
@@ -304,13 +318,18 @@ class Broker:
                     ErrorCode.invalid_replica_assignment,
                     f"increasing the partition count by {count - current} needs that many assignments, got {len(assignments)}",
                 )
-            new = _validate_assignments(dict(zip(range(current, count), assignments, strict=True)), broker_ids, current)
+            new = _validate_assignments(
+                dict(zip(range(current, count), assignments, strict=True)), broker_ids, current
+            )
         else:
             rf = len(topic.partitions[0].replicas)
             new = assign_replicas(broker_ids, count - current, rf, start_partition=current)
         if validate_only:
             return
-        added = {p: PartitionAssignment(replicas=r, leader=r[0], leader_epoch=0, isr=list(r)) for p, r in new.items()}
+        added = {
+            p: PartitionAssignment(replicas=r, leader=r[0], leader_epoch=0, isr=list(r))
+            for p, r in new.items()
+        }
         self.metadata.add_partitions(name, added)
         for index, assignment in added.items():
             if self.broker_id in assignment.replicas:
@@ -330,7 +349,9 @@ class Broker:
         self._produce_policies.pop(name, None)
         self.log_manager.update_config(name, self.topic_log_config(topic))
 
-    def set_broker_configs(self, entity: str, configs: Mapping[str, str], validate_only: bool = False) -> None:
+    def set_broker_configs(
+        self, entity: str, configs: Mapping[str, str], validate_only: bool = False
+    ) -> None:
         """Replace the dynamic configs of this broker (entity = its id) or the cluster default (entity = "")."""
         cluster_default = entity == ""
         try:
@@ -356,19 +377,29 @@ class Broker:
         return start
 
 
-def _validate_assignments(assignments: Mapping[int, list[int]], broker_ids: list[int], start: int) -> dict[int, list[int]]:
+def _validate_assignments(
+    assignments: Mapping[int, list[int]], broker_ids: list[int], start: int
+) -> dict[int, list[int]]:
     expected = list(range(start, start + len(assignments)))
     if sorted(assignments) != expected:
-        raise KafkaError(ErrorCode.invalid_replica_assignment, f"partitions must be numbered consecutively from {start}")
+        raise KafkaError(
+            ErrorCode.invalid_replica_assignment, f"partitions must be numbered consecutively from {start}"
+        )
     sizes = {len(r) for r in assignments.values()}
     if len(sizes) != 1:
-        raise KafkaError(ErrorCode.invalid_replica_assignment, "all partitions must have the same number of replicas")
+        raise KafkaError(
+            ErrorCode.invalid_replica_assignment, "all partitions must have the same number of replicas"
+        )
     for p, replicas in assignments.items():
         if not replicas or len(set(replicas)) != len(replicas):
-            raise KafkaError(ErrorCode.invalid_replica_assignment, f"partition {p} has duplicate or no replicas")
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment, f"partition {p} has duplicate or no replicas"
+            )
         unknown = [b for b in replicas if b not in broker_ids]
         if unknown:
-            raise KafkaError(ErrorCode.invalid_replica_assignment, f"partition {p} names unknown brokers {unknown}")
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment, f"partition {p} names unknown brokers {unknown}"
+            )
     return {p: list(r) for p, r in assignments.items()}
 
 

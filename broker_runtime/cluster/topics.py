@@ -21,7 +21,8 @@ def validate_topic_name(name: str | None) -> None:
         raise KafkaError(ErrorCode.invalid_topic_exception, f"topic name cannot be {name!r}")
     if len(name) > MAX_NAME_LENGTH:
         raise KafkaError(
-            ErrorCode.invalid_topic_exception, f"topic name is {len(name)} characters long, above {MAX_NAME_LENGTH}"
+            ErrorCode.invalid_topic_exception,
+            f"topic name is {len(name)} characters long, above {MAX_NAME_LENGTH}",
         )
     if not _LEGAL.match(name):
         raise KafkaError(
@@ -36,7 +37,11 @@ def collision_key(name: str) -> str:
 
 
 def assign_replicas(
-    broker_ids: list[int], num_partitions: int, replication_factor: int, start_partition: int = 0, seed: int = 0
+    broker_ids: list[int],
+    num_partitions: int,
+    replication_factor: int,
+    start_partition: int = 0,
+    seed: int = 0,
 ) -> dict[int, list[int]]:
     """Round-robin assignment with shifted followers, like Kafka's rack-unaware AdminUtils.assignReplicasToBrokers."""
     if replication_factor > len(broker_ids):

@@ -24,9 +24,11 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 def _broker_entity(ctx: RequestContext, resource_name: str) -> str:
-    """"" is the cluster-wide default; otherwise the name must be this broker's id."""
+    """ "" is the cluster-wide default; otherwise the name must be this broker's id."""
     if resource_name not in ("", str(ctx.broker.broker_id)):
-        raise KafkaError(ErrorCode.invalid_request, f"broker {resource_name!r} is not this broker ({ctx.broker.broker_id})")
+        raise KafkaError(
+            ErrorCode.invalid_request, f"broker {resource_name!r} is not this broker ({ctx.broker.broker_id})"
+        )
     return resource_name
 
 
@@ -48,7 +50,11 @@ async def handle_describe_configs(ctx: RequestContext, request) -> object:
         try:
             if res.resource_type == TOPIC:
                 entries = describe_topic_configs(
-                    broker.config, _topic(ctx, res.resource_name).configs, request.include_synonyms, include_docs, names
+                    broker.config,
+                    _topic(ctx, res.resource_name).configs,
+                    request.include_synonyms,
+                    include_docs,
+                    names,
                 )
             elif res.resource_type == BROKER:
                 entity = _broker_entity(ctx, res.resource_name)
@@ -56,7 +62,9 @@ async def handle_describe_configs(ctx: RequestContext, request) -> object:
                     broker.config, request.include_synonyms, include_docs, names, cluster_default=entity == ""
                 )
             else:
-                raise KafkaError(ErrorCode.invalid_request, f"resource type {res.resource_type} is not supported")
+                raise KafkaError(
+                    ErrorCode.invalid_request, f"resource type {res.resource_type} is not supported"
+                )
             configs = tuple(
                 make(
                     types.DescribeConfigsResourceResult, name=e.name, value=e.value, read_only=e.read_only,
@@ -81,7 +89,9 @@ async def handle_describe_configs(ctx: RequestContext, request) -> object:
     return make(types.DescribeConfigsResponse, throttle_time=_ZERO, results=tuple(results))
 
 
-def _apply(ctx: RequestContext, resource_type: int, resource_name: str, configs: dict[str, str], validate_only: bool):
+def _apply(
+    ctx: RequestContext, resource_type: int, resource_name: str, configs: dict[str, str], validate_only: bool
+):
     broker = ctx.broker
     if resource_type == TOPIC:
         _topic(ctx, resource_name)
@@ -93,7 +103,11 @@ def _apply(ctx: RequestContext, resource_type: int, resource_name: str, configs:
 
 
 def _alter_response(types, results) -> object:
-    name = "AlterConfigsResponse" if hasattr(types, "AlterConfigsResponse") else "IncrementalAlterConfigsResponse"
+    name = (
+        "AlterConfigsResponse"
+        if hasattr(types, "AlterConfigsResponse")
+        else "IncrementalAlterConfigsResponse"
+    )
     return make(
         getattr(types, name), throttle_time=_ZERO,
         responses=tuple(
@@ -159,7 +173,9 @@ def _incremental(ctx: RequestContext, res) -> dict[str, str]:
             current.pop(c.name, None)
         elif op in (APPEND, SUBTRACT):
             if definition.type != ConfigType.LIST:
-                raise KafkaError(ErrorCode.invalid_config, f"{c.name}: APPEND and SUBTRACT apply only to list configs")
+                raise KafkaError(
+                    ErrorCode.invalid_config, f"{c.name}: APPEND and SUBTRACT apply only to list configs"
+                )
             # Kafka starts from the current override, else the config's own default (not a broker synonym).
             base = current.get(c.name, definition.format(definition.default)) or ""
             items = [x.strip() for x in base.split(",") if x.strip()]

@@ -60,7 +60,9 @@ def _read_once(ctx: RequestContext, request):
                 partition.require_leader()
                 partition.check_leader_epoch(getattr(fp, "current_leader_epoch", -1))
                 if ctx.api_version < 10 and broker.produce_policy(name).codec == CODEC_ZSTD:
-                    raise KafkaError(ErrorCode.unsupported_compression_type, "zstd topics need Fetch v10 or later")
+                    raise KafkaError(
+                        ErrorCode.unsupported_compression_type, "zstd topics need Fetch v10 or later"
+                    )
                 plog = partition.log
                 high_watermark = partition.high_watermark
                 records = b""

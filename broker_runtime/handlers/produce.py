@@ -21,13 +21,14 @@ from broker_runtime.protocol.records import (
 log = logging.getLogger(__name__)
 
 
-
 async def handle_produce(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     acks = request.acks
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     topics_meta = broker.metadata.topics()
-    pending: list[tuple[str, int, object, object]] = []  # (topic, index, AppendResult | KafkaError, wait | None)
+    pending: list[
+        tuple[str, int, object, object]
+    ] = []  # (topic, index, AppendResult | KafkaError, wait | None)
 
     for topic_data in request.topic_data:
         name = topic_data.name
@@ -38,11 +39,17 @@ async def handle_produce(ctx: RequestContext, request) -> object:
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, got {acks}")
                 partition = broker.replica_manager.get_partition(name, part.index)
                 if topic is None or part.index not in topic.partitions:
-                    raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{name}-{part.index} does not exist")
+                    raise KafkaError(
+                        ErrorCode.unknown_topic_or_partition, f"{name}-{part.index} does not exist"
+                    )
                 if partition is None:
-                    raise KafkaError(ErrorCode.not_leader_or_follower, f"{name}-{part.index} is not hosted here")
+                    raise KafkaError(
+                        ErrorCode.not_leader_or_follower, f"{name}-{part.index} is not hosted here"
+                    )
                 if topic.internal:
-                    raise KafkaError(ErrorCode.invalid_topic_exception, f"cannot append to internal topic {name}")
+                    raise KafkaError(
+                        ErrorCode.invalid_topic_exception, f"cannot append to internal topic {name}"
+                    )
                 if request.transactional_id is not None:
                     raise KafkaError(
                         ErrorCode.transactional_id_authorization_failed,
@@ -59,7 +66,10 @@ async def handle_produce(ctx: RequestContext, request) -> object:
                 if not policy.log_append_time:
                     _check_timestamps(header, policy, broker.clock.time_ms())
                 if policy.compacted and any(r.key is None for r in decode_records(batch, header)):
-                    raise KafkaError(ErrorCode.invalid_record, f"compacted topic {name} cannot accept a record without a key")
+                    raise KafkaError(
+                        ErrorCode.invalid_record,
+                        f"compacted topic {name} cannot accept a record without a key",
+                    )
                 if policy.codec is not None and policy.codec != header.codec:
                     batch = recompress(batch, header, policy.codec)
                     header = read_header(batch)
@@ -68,7 +78,9 @@ async def handle_produce(ctx: RequestContext, request) -> object:
                             ErrorCode.message_too_large,
                             f"batch of {header.size} bytes after recompression exceeds max.message.bytes {max_bytes}",
                         )
-                partition, result = broker.replica_manager.append_local(name, part.index, batch, header, acks=acks)
+                partition, result = broker.replica_manager.append_local(
+                    name, part.index, batch, header, acks=acks
+                )
                 wait = None
                 if acks == -1:
                     wait = broker.replica_manager.wait_for_replication(partition, result, timeout_ms)
@@ -88,14 +100,24 @@ async def handle_produce(ctx: RequestContext, request) -> object:
         results.setdefault(name, []).append((index, outcome))
 
     if acks == 0:
-        failed = [(name, index, o) for name, parts in results.items() for index, o in parts if isinstance(o, KafkaError)]
+        failed = [
+            (name, index, o)
+            for name, parts in results.items()
+            for index, o in parts
+            if isinstance(o, KafkaError)
+        ]
         if failed:
             name, index, error = failed[0]
-            raise CloseConnection(f"acks=0 produce to {name}-{index} failed: {error.error_code.name} {error.message or ''}")
+            raise CloseConnection(
+                f"acks=0 produce to {name}-{index} failed: {error.error_code.name} {error.message or ''}"
+            )
         return None
     return encode_produce_response(
         ctx.api_version,
-        [(name, [_partition_result(index, outcome) for index, outcome in parts]) for name, parts in results.items()],
+        [
+            (name, [_partition_result(index, outcome) for index, outcome in parts])
+            for name, parts in results.items()
+        ],
     )
 
 
@@ -103,7 +125,10 @@ def _check_timestamps(header, policy, now_ms: int) -> None:
     """CreateTime bounds (message.timestamp.before/after.max.ms), checked on the batch's first and max
     timestamps rather than on every record."""
     earliest = min(header.base_timestamp, header.max_timestamp)
-    if now_ms - earliest > policy.timestamp_before_max_ms or header.max_timestamp - now_ms > policy.timestamp_after_max_ms:
+    if (
+        now_ms - earliest > policy.timestamp_before_max_ms
+        or header.max_timestamp - now_ms > policy.timestamp_after_max_ms
+    ):
         raise KafkaError(
             ErrorCode.invalid_timestamp,
             f"timestamps {earliest}..{header.max_timestamp} are outside the allowed range around broker time {now_ms}",

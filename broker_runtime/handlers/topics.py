@@ -26,7 +26,9 @@ async def handle_create_topics(ctx: RequestContext, request) -> object:
     for t in request.topics:
         try:
             if t.name in duplicates:
-                raise KafkaError(ErrorCode.invalid_request, f"topic {t.name!r} appears more than once in the request")
+                raise KafkaError(
+                    ErrorCode.invalid_request, f"topic {t.name!r} appears more than once in the request"
+                )
             assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
             if assignments and (t.num_partitions != -1 or t.replication_factor != -1):
                 raise KafkaError(
@@ -37,7 +39,9 @@ async def handle_create_topics(ctx: RequestContext, request) -> object:
                 t.name, t.num_partitions, t.replication_factor, {c.name: c.value for c in t.configs},
                 assignments=assignments, validate_only=request.validate_only,
             )  # fmt: skip
-            entries = describe_topic_configs(broker.config, info.configs, include_synonyms=False, include_docs=False)
+            entries = describe_topic_configs(
+                broker.config, info.configs, include_synonyms=False, include_docs=False
+            )
             results.append(make(
                 types.CreatableTopicResult, name=t.name, topic_id=info.topic_id, error_code=ErrorCode.none,
                 error_message=None, num_partitions=len(info.partitions),
@@ -94,7 +98,9 @@ async def handle_create_partitions(ctx: RequestContext, request) -> object:
     for t in request.topics:
         try:
             if names.count(t.name) > 1:
-                raise KafkaError(ErrorCode.invalid_request, f"topic {t.name!r} appears more than once in the request")
+                raise KafkaError(
+                    ErrorCode.invalid_request, f"topic {t.name!r} appears more than once in the request"
+                )
             assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
             broker.create_partitions(t.name, t.count, assignments, request.validate_only)
             results.append(make(types.CreatePartitionsTopicResult, name=t.name, error_code=ErrorCode.none))

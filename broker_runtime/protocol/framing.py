@@ -68,7 +68,9 @@ class FrameDecoder:
         while end - pos >= 4:
             (size,) = _SIZE.unpack_from(buf, pos)
             if size < 0 or size > self._max_size:
-                raise FrameError(f"frame of {size} bytes is outside 0..socket.request.max.bytes ({self._max_size})")
+                raise FrameError(
+                    f"frame of {size} bytes is outside 0..socket.request.max.bytes ({self._max_size})"
+                )
             if end - pos - 4 < size:
                 break
             frames.append(memoryview(bytes(buf[pos + 4 : pos + 4 + size])))
@@ -137,7 +139,9 @@ def decode_body(header: RequestHeader, frame: memoryview, pos: int) -> Any:
     try:
         cls = request_class(header.api_key, header.api_version)
     except (UnknownAPIKey, UnknownEntity) as exc:
-        raise UnsupportedVersion(header, f"api {header.api_key} v{header.api_version} is not supported") from exc
+        raise UnsupportedVersion(
+            header, f"api {header.api_key} v{header.api_version} is not supported"
+        ) from exc
     if cls.__flexible__:
         count, pos = _read_uvarint(frame, pos)
         for _ in range(count):
@@ -158,7 +162,12 @@ def encode_response(correlation_id: int, response: Any, *, header_v0: bool = Fal
     """Frame a kio response: size, correlation id, tagged fields (flexible, except ApiVersions), body."""
     if isinstance(response, EncodedBody):
         tag = b"\x00" if response.flexible else b""
-        return _SIZE.pack(4 + len(tag) + len(response.body)) + _CORRELATION.pack(correlation_id) + tag + response.body
+        return (
+            _SIZE.pack(4 + len(tag) + len(response.body))
+            + _CORRELATION.pack(correlation_id)
+            + tag
+            + response.body
+        )
     out = io.BytesIO()
     out.write(b"\x00\x00\x00\x00")
     out.write(_CORRELATION.pack(correlation_id))

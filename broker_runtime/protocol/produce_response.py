@@ -28,7 +28,9 @@ def _uvarint(n: int) -> bytes:
     return bytes(out)
 
 
-def encode_produce_response(version: int, topics: Sequence[tuple[str, Sequence[PartitionResult]]]) -> EncodedBody:
+def encode_produce_response(
+    version: int, topics: Sequence[tuple[str, Sequence[PartitionResult]]]
+) -> EncodedBody:
     flexible = version >= 9
     out = bytearray()
     out += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))

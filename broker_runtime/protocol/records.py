@@ -41,7 +41,13 @@ CONTROL_FLAG = 0x20
 DELETE_HORIZON_FLAG = 0x40
 
 CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = range(5)
-CODEC_NAMES = {CODEC_NONE: "none", CODEC_GZIP: "gzip", CODEC_SNAPPY: "snappy", CODEC_LZ4: "lz4", CODEC_ZSTD: "zstd"}
+CODEC_NAMES = {
+    CODEC_NONE: "none",
+    CODEC_GZIP: "gzip",
+    CODEC_SNAPPY: "snappy",
+    CODEC_LZ4: "lz4",
+    CODEC_ZSTD: "zstd",
+}
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -130,7 +136,9 @@ def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batch
     return BatchHeader(position, *HEADER.unpack_from(buf, position))
 
 
-def iter_headers(buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
+def iter_headers(
+    buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None
+) -> Iterator[BatchHeader]:
     """Yield the headers of the complete batches in buf[start:end]; stops at a torn or truncated tail.
 
     Used by recovery and reads: it trusts nothing but the length fields, so a caller that needs the batch
@@ -160,7 +168,9 @@ def validate_produce_batch(buf: bytes | bytearray, max_message_bytes: int) -> Ba
     """
     size = len(buf)
     if size < HEADER_SIZE:
-        raise InvalidRecords(ErrorCode.invalid_record, f"record set of {size} bytes is shorter than a batch header")
+        raise InvalidRecords(
+            ErrorCode.invalid_record, f"record set of {size} bytes is shorter than a batch header"
+        )
     _, length = _OFFSET_LENGTH.unpack_from(buf, 0)
     if length + LOG_OVERHEAD != size:
         if length + LOG_OVERHEAD < size and length >= HEADER_SIZE - LOG_OVERHEAD:
@@ -172,10 +182,13 @@ def validate_produce_batch(buf: bytes | bytearray, max_message_bytes: int) -> Ba
         )
     header = read_header(buf, 0)
     if header.magic != 2:
-        raise InvalidRecords(ErrorCode.invalid_record, f"produce requests must use magic 2, not {header.magic}")
+        raise InvalidRecords(
+            ErrorCode.invalid_record, f"produce requests must use magic 2, not {header.magic}"
+        )
     if size > max_message_bytes:
         raise InvalidRecords(
-            ErrorCode.message_too_large, f"batch of {size} bytes exceeds max.message.bytes {max_message_bytes}"
+            ErrorCode.message_too_large,
+            f"batch of {size} bytes exceeds max.message.bytes {max_message_bytes}",
         )
     if crc32c(memoryview(buf)[CRC_START:]) != header.crc:
         raise InvalidRecords(ErrorCode.corrupt_message, "batch CRC32C does not match its contents")
@@ -189,7 +202,9 @@ def validate_produce_batch(buf: bytes | bytearray, max_message_bytes: int) -> Ba
     if header.codec > CODEC_ZSTD:
         raise InvalidRecords(ErrorCode.corrupt_message, f"unknown compression codec {header.codec}")
     if header.has_producer_id and header.base_sequence < 0:
-        raise InvalidRecords(ErrorCode.invalid_record, "a batch with a producer id must carry a base sequence")
+        raise InvalidRecords(
+            ErrorCode.invalid_record, "a batch with a producer id must carry a base sequence"
+        )
     return header
 
 
@@ -412,7 +427,12 @@ def build_batch(
 
 
 def build_control_batch(
-    control_type: int, *, producer_id: int, producer_epoch: int, coordinator_epoch: int, timestamp_ms: int | None = None
+    control_type: int,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    timestamp_ms: int | None = None,
 ) -> bytearray:
     """A transaction marker: key = (version 0, type), value = (version 0, coordinator epoch)."""
     key = struct.pack(">hh", 0, control_type)

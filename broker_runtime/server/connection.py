@@ -125,7 +125,9 @@ class KafkaConnection(asyncio.Protocol):
     def _complete(self, slot: _Slot, response: object) -> None:
         slot.done = True
         if response is not None:
-            header_v0 = getattr(response, "__api_key__", None) == 18  # ApiVersions always answers with header v0
+            header_v0 = (
+                getattr(response, "__api_key__", None) == 18
+            )  # ApiVersions always answers with header v0
             slot.payload = encode_response(slot.correlation_id, response, header_v0=header_v0)
         self._flush()
 

@@ -20,7 +20,9 @@ Handler = Callable[[RequestContext, Any], Awaitable[Any]]
 
 
 class Dispatcher:
-    def __init__(self, broker: Broker, handlers: dict[int, Handler], versions: dict[int, tuple[int, int]]) -> None:
+    def __init__(
+        self, broker: Broker, handlers: dict[int, Handler], versions: dict[int, tuple[int, int]]
+    ) -> None:
         self.broker = broker
         self.handlers = handlers
         self.versions = versions
@@ -31,7 +33,9 @@ class Dispatcher:
         header = ctx.header
         supported = self.versions.get(header.api_key)
         if supported is None:
-            raise FrameError(f"unknown api key {header.api_key} (v{header.api_version}) from client {header.client_id!r}")
+            raise FrameError(
+                f"unknown api key {header.api_key} (v{header.api_version}) from client {header.client_id!r}"
+            )
         low, high = supported
         if not low <= header.api_version <= high:
             if header.api_key == ApiKey.API_VERSIONS:
@@ -49,5 +53,3 @@ class Dispatcher:
             )
         body = decode_body(header, frame, body_pos)
         return None, self.handlers[header.api_key](ctx, body)
-
-

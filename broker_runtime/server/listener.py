@@ -11,6 +11,7 @@ from broker_runtime.server.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
 
+
 class Listener:
     def __init__(self, dispatcher: Dispatcher, address: Any, max_request_size: int) -> None:
         self._dispatcher = dispatcher
