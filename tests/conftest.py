@@ -228,9 +228,7 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 code = self.proc.returncode
                 self.exit_codes.append(code)
-                raise RuntimeError(
-                    f"{self.name} exited with code {code} during start-up\n{self.log_tail()}"
-                )
+                raise RuntimeError(f"{self.name} exited with code {code} during start-up\n{self.log_tail()}")
             try:
                 self.api_versions = api_versions_probe(self.host, self.port, timeout=2.0)
                 return self
@@ -321,7 +319,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "odradek_only: needs a durable broker (restarts, kill -9, settings Tansu lacks)"
     )
     # kafka-python 3 loads its protocol schemas with importlib.resources' legacy API on every import
-    config.addinivalue_line("filterwarnings", "ignore:.*is deprecated. Use files\\(\\) instead:DeprecationWarning")
+    config.addinivalue_line(
+        "filterwarnings", "ignore:.*is deprecated. Use files\\(\\) instead:DeprecationWarning"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

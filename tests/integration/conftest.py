@@ -64,7 +64,11 @@ def sample_records(ts_base: int | None = None, big: bool = True) -> list[Rec]:
         Rec(None, b"a record with a null key"),
         Rec(b"", b"", (("empty", b""),)),
         Rec(b"tombstone", None),
-        Rec(bytes(range(256)), bytes(range(256)) * 4, (("bin", bytes(range(256))), ("dup", b"1"), ("dup", b"2"))),
+        Rec(
+            bytes(range(256)),
+            bytes(range(256)) * 4,
+            (("bin", bytes(range(256))), ("dup", b"1"), ("dup", b"2")),
+        ),
         Rec(b"unicode", "héllo wörld ✓ 日本".encode(), (("ключ", "значение".encode()),)),
         Rec(b"compressible", b"abcdefgh" * 2000, (("n", b"16000"),)),
     ]
@@ -199,7 +203,11 @@ def create_topic(
 
     admin = confluent_admin(bootstrap)
     fs = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=config or {})],
+        [
+            NewTopic(
+                name, num_partitions=partitions, replication_factor=replication_factor, config=config or {}
+            )
+        ],
         request_timeout=CLIENT_TIMEOUT_S,
     )
     fs[name].result(timeout=CLIENT_TIMEOUT_S)
@@ -272,7 +280,14 @@ def kafka_python_consume(
             for msgs in consumer.poll(timeout_ms=200).values():
                 for m in msgs:
                     out.append(
-                        Rec(m.key, m.value, tuple((k, v) for k, v in m.headers), m.timestamp, m.partition, m.offset)
+                        Rec(
+                            m.key,
+                            m.value,
+                            tuple((k, v) for k, v in m.headers),
+                            m.timestamp,
+                            m.partition,
+                            m.offset,
+                        )
                     )
     finally:
         consumer.close()
@@ -343,7 +358,14 @@ async def _aiokafka_consume(bootstrap, topic, count, partition, start, timeout, 
             for msgs in batches.values():
                 for m in msgs:
                     out.append(
-                        Rec(m.key, m.value, tuple((k, v) for k, v in m.headers), m.timestamp, m.partition, m.offset)
+                        Rec(
+                            m.key,
+                            m.value,
+                            tuple((k, v) for k, v in m.headers),
+                            m.timestamp,
+                            m.partition,
+                            m.offset,
+                        )
                     )
     finally:
         await consumer.stop()
@@ -438,7 +460,9 @@ def run_kafkajs(op: str, bootstrap: str, timeout: float = 120.0, **request: Any)
     stdout = proc.stdout.decode(errors="replace").strip()
     stderr = proc.stderr.decode(errors="replace")
     if proc.returncode != 0 or not stdout:
-        raise AssertionError(f"kafkajs_cli {op} exited {proc.returncode}\nstdout: {stdout}\nstderr: {stderr[-4000:]}")
+        raise AssertionError(
+            f"kafkajs_cli {op} exited {proc.returncode}\nstdout: {stdout}\nstderr: {stderr[-4000:]}"
+        )
     out = json.loads(stdout.splitlines()[-1])
     if not out["ok"]:
         failure = KafkaJSFailure(out["error"])
@@ -512,20 +536,17 @@ def build_batch(
             rec += _varint(len(kb)) + kb
             rec += _varint(-1) if hv is None else _varint(len(hv)) + hv
         body += _varint(len(rec)) + rec
-    after_crc = (
-        struct.pack(
-            ">hiqqqhii",
-            attributes,
-            len(recs) - 1,
-            base_ts,
-            max(stamps),
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            len(recs),
-        )
-        + bytes(body)
-    )
+    after_crc = struct.pack(
+        ">hiqqqhii",
+        attributes,
+        len(recs) - 1,
+        base_ts,
+        max(stamps),
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(recs),
+    ) + bytes(body)
     crc = crc32c.crc32c(after_crc)
     # batchLength counts from partitionLeaderEpoch to the end
     head = struct.pack(">qiibI", base_offset, 4 + 1 + 4 + len(after_crc), -1, 2, crc)
@@ -566,7 +587,9 @@ def parse_batches(data: bytes) -> list[dict]:
                 n, p = _read_varint(data, p)
                 headers.append((hk, None if n < 0 else data[p : p + n]))
                 p += max(n, 0)
-            recs.append(Rec(parts[0], parts[1], tuple(headers), base_ts + ts_delta, None, base_offset + off_delta))
+            recs.append(
+                Rec(parts[0], parts[1], tuple(headers), base_ts + ts_delta, None, base_offset + off_delta)
+            )
         if not attrs & 0x20:  # control batches are not data
             out.append({"base_offset": base_offset, "producer_id": pid, "records": recs})
         pos += 12 + length
@@ -579,7 +602,9 @@ class RawClient:
     ``send(request)`` encodes the header version the request's schema names; ``recv(request_type)`` parses the
     response header (v0 for ApiVersions, otherwise v1 when the response is flexible) and body."""
 
-    def __init__(self, host: str, port: int, timeout: float = 15.0, client_id: str | None = "odradek-raw") -> None:
+    def __init__(
+        self, host: str, port: int, timeout: float = 15.0, client_id: str | None = "odradek-raw"
+    ) -> None:
         import socket
 
         self.sock = socket.create_connection((host, port), timeout=timeout)
@@ -724,8 +749,9 @@ class Raw:
         return req_type(**kwargs)
 
     @staticmethod
-    def produce(topic: str, partition: int, records: bytes, acks: int = -1, timeout_ms: int = 30000,
-                version: int = 8):
+    def produce(
+        topic: str, partition: int, records: bytes, acks: int = -1, timeout_ms: int = 30000, version: int = 8
+    ):
         import datetime
 
         from kio.index import load_entity_module, load_request_schema
@@ -739,14 +765,24 @@ class Raw:
             topic_data=(
                 mod.TopicProduceData(
                     name=topic,
-                    partition_data=(mod.PartitionProduceData(index=i32(partition), records=Records(records)),),
+                    partition_data=(
+                        mod.PartitionProduceData(index=i32(partition), records=Records(records)),
+                    ),
                 ),
             ),
         )
 
     @staticmethod
-    def fetch(topic: str, partition: int, offset: int, max_wait_ms: int = 500, min_bytes: int = 1,
-              max_bytes: int = 10 << 20, partition_max_bytes: int = 1 << 20, version: int = 11):
+    def fetch(
+        topic: str,
+        partition: int,
+        offset: int,
+        max_wait_ms: int = 500,
+        min_bytes: int = 1,
+        max_bytes: int = 10 << 20,
+        partition_max_bytes: int = 1 << 20,
+        version: int = 11,
+    ):
         import datetime
 
         from kio.index import load_entity_module, load_request_schema
@@ -835,21 +871,38 @@ class Clients:
 
     # by client name, for parametrized cross-client tests
     @staticmethod
-    def produce(client: str, bootstrap: str, topic: str, recs: list[Rec], compression: str = "none",
-                partition: int = 0) -> list[int]:
+    def produce(
+        client: str,
+        bootstrap: str,
+        topic: str,
+        recs: list[Rec],
+        compression: str = "none",
+        partition: int = 0,
+    ) -> list[int]:
         if client == "confluent":
             return confluent_produce(bootstrap, topic, recs, partition, {"compression.type": compression})
         if client == "kafka-python":
             return kafka_python_produce(
-                bootstrap, topic, recs, partition, compression_type=None if compression == "none" else compression
+                bootstrap,
+                topic,
+                recs,
+                partition,
+                compression_type=None if compression == "none" else compression,
             )
         if client == "aiokafka":
             return aiokafka_produce(
-                bootstrap, topic, recs, partition, compression_type=None if compression == "none" else compression
+                bootstrap,
+                topic,
+                recs,
+                partition,
+                compression_type=None if compression == "none" else compression,
             )
         if client == "kafkajs":
             res = run_kafkajs(
-                "produce", bootstrap, topic=topic, compression=compression,
+                "produce",
+                bootstrap,
+                topic=topic,
+                compression=compression,
                 messages=[rec_to_js(r, partition) for r in recs],
             )
             base = res[0]["baseOffset"]
@@ -857,8 +910,9 @@ class Clients:
         raise ValueError(client)
 
     @staticmethod
-    def consume(client: str, bootstrap: str, topic: str, count: int, partition: int = 0,
-                start: int | None = None) -> list[Rec]:
+    def consume(
+        client: str, bootstrap: str, topic: str, count: int, partition: int = 0, start: int | None = None
+    ) -> list[Rec]:
         if client == "confluent":
             return confluent_consume(bootstrap, topic, count, partition, start)
         if client == "kafka-python":
@@ -867,7 +921,12 @@ class Clients:
             return aiokafka_consume(bootstrap, topic, count, partition, start)
         if client == "kafkajs":
             res = run_kafkajs(
-                "fetch", bootstrap, topic=topic, partition=partition, offset=start or 0, count=count,
+                "fetch",
+                bootstrap,
+                topic=topic,
+                partition=partition,
+                offset=start or 0,
+                count=count,
                 timeoutMs=int(CLIENT_TIMEOUT_S * 1000),
             )
             return [rec_from_js(d) for d in res["records"]]
@@ -888,7 +947,9 @@ def bootstrap(shared_broker) -> str:
 def new_topic(request: pytest.FixtureRequest, shared_broker, helpers) -> Callable[..., str]:
     make_topic_name = helpers.make_topic_name
 
-    def factory(partitions: int = 1, config: dict[str, str] | None = None, broker=None, name: str | None = None):
+    def factory(
+        partitions: int = 1, config: dict[str, str] | None = None, broker=None, name: str | None = None
+    ):
         target = broker or shared_broker
         topic = name or make_topic_name(request.node.name)
         return create_topic(target.bootstrap, topic, partitions, config)

@@ -97,7 +97,9 @@ def test_idempotent_producer(bootstrap, new_topic, clients):
     for m in metas:
         per_partition.setdefault(m.partition, []).append(m.offset)
     for part, offsets in per_partition.items():
-        assert offsets == list(range(len(offsets))), f"partition {part}: offsets not dense, ordered and unique"
+        assert offsets == list(range(len(offsets))), (
+            f"partition {part}: offsets not dense, ordered and unique"
+        )
         values = [r.value for r in clients.aiokafka_consume(bootstrap, topic, len(offsets), partition=part)]
         assert len(set(values)) == len(values) == len(offsets)
     assert sum(len(v) for v in per_partition.values()) == 1500
@@ -225,7 +227,11 @@ def test_admin_create_topics_errors_and_configs(bootstrap, clients, helpers):
     resp = admin_call(clients, bootstrap, lambda a: a.create_topics(topics))
     errors = topic_errors(resp)
     assert [errors[t.name] for t in topics] == [
-        NONE, TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR,
+        NONE,
+        TOPIC_ALREADY_EXISTS,
+        INVALID_TOPIC_EXCEPTION,
+        INVALID_PARTITIONS,
+        INVALID_REPLICATION_FACTOR,
         INVALID_CONFIG,
     ]
     clients.wait_for_topic(bootstrap, good, 2)
@@ -257,8 +263,10 @@ def test_admin_validate_only(bootstrap, clients, topic_name):
 def test_admin_delete_topics_and_create_partitions(bootstrap, new_topic, clients):
     gone, grows = new_topic(), new_topic(partitions=1)
     resp = admin_call(clients, bootstrap, lambda a: a.delete_topics([gone]))
-    assert {t["name"] if "name" in t else t["topic"]: t["error_code"] for t in
-            resp.to_object()["topic_error_codes"]} == {gone: NONE}
+    assert {
+        t["name"] if "name" in t else t["topic"]: t["error_code"]
+        for t in resp.to_object()["topic_error_codes"]
+    } == {gone: NONE}
     resp = admin_call(clients, bootstrap, lambda a: a.create_partitions({grows: NewPartitions(4)}))
     results = resp.to_object()["topic_errors"]
     assert [(r["topic"], r["error_code"]) for r in results] == [(grows, NONE)]
@@ -274,12 +282,18 @@ def test_admin_alter_configs(bootstrap, new_topic, clients):
     resp = admin_call(
         clients,
         bootstrap,
-        lambda a: a.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, {"retention.ms": "9000000"})]),
+        lambda a: a.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, {"retention.ms": "9000000"})]
+        ),
     )
     results = [r for response in resp for r in response.to_object()["resources"]]
     assert [(r["resource_name"], r["error_code"]) for r in results] == [(topic, NONE)]
     entries = config_entries(
-        admin_call(clients, bootstrap, lambda a: a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)]))
+        admin_call(
+            clients,
+            bootstrap,
+            lambda a: a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)]),
+        )
     )
     assert entries["retention.ms"]["config_value"] == "9000000"
     # AlterConfigs (not incremental) replaced the whole override set

@@ -147,7 +147,9 @@ def test_offsets_for_times(bootstrap, new_topic, clients):
     base = int(time.time() * 1000) - 600_000
     # three separate batches, timestamps 10 ms apart, so that the lookup has to find a record inside a batch
     for chunk in range(3):
-        recs = [clients.Rec(b"k", b"v%d" % (chunk * 4 + i), (), base + 10 * (chunk * 4 + i)) for i in range(4)]
+        recs = [
+            clients.Rec(b"k", b"v%d" % (chunk * 4 + i), (), base + 10 * (chunk * 4 + i)) for i in range(4)
+        ]
         clients.confluent_produce(bootstrap, topic, recs)
     c = consumer(bootstrap)
     try:
@@ -237,7 +239,9 @@ def test_max_message_bytes_enforced(bootstrap, new_topic, clients):
 
     p.produce(topic, value=b"x" * 5000, partition=0, on_delivery=cb)
     assert p.flush(TIMEOUT) == 0
-    assert outcome["err"] is not None, "a 5000-byte record was accepted by a topic with max.message.bytes=2000"
+    assert outcome["err"] is not None, (
+        "a 5000-byte record was accepted by a topic with max.message.bytes=2000"
+    )
     assert outcome["err"].code() == KafkaError.MSG_SIZE_TOO_LARGE, outcome["err"]
     # the partition still works and holds only the small record
     clients.confluent_produce(bootstrap, topic, [clients.Rec(b"k", b"small")])
@@ -412,7 +416,9 @@ def test_create_partitions(bootstrap, new_topic, clients):
     assert fs[topic].result(timeout=TIMEOUT) is None
     clients.wait_for_topic(bootstrap, topic, 3)
     clients.confluent_produce(bootstrap, topic, [clients.Rec(b"k", b"in-new-partition")], partition=2)
-    assert [r.value for r in clients.confluent_consume(bootstrap, topic, 1, partition=2)] == [b"in-new-partition"]
+    assert [r.value for r in clients.confluent_consume(bootstrap, topic, 1, partition=2)] == [
+        b"in-new-partition"
+    ]
     # shrinking is refused
     err = admin_error(admin.create_partitions([NewPartitions(topic, 2)], request_timeout=TIMEOUT)[topic])
     assert err.code() == KafkaError.INVALID_PARTITIONS
@@ -450,8 +456,15 @@ def test_describe_topic_configs_values_sources_defaults_synonyms(bootstrap, new_
     entries = describe(admin, ResourceType.TOPIC, topic)
     # every topic config Kafka has is listed, overridden or not
     for key in (
-        "cleanup.policy", "compression.type", "max.message.bytes", "message.timestamp.type",
-        "min.insync.replicas", "retention.bytes", "retention.ms", "segment.bytes", "segment.ms",
+        "cleanup.policy",
+        "compression.type",
+        "max.message.bytes",
+        "message.timestamp.type",
+        "min.insync.replicas",
+        "retention.bytes",
+        "retention.ms",
+        "segment.bytes",
+        "segment.ms",
     ):
         assert key in entries, f"DescribeConfigs lacks {key}"
     r = entries["retention.ms"]
@@ -464,7 +477,8 @@ def test_describe_topic_configs_values_sources_defaults_synonyms(bootstrap, new_
     # synonyms, most specific first: the topic override, then the broker's message.max.bytes
     m = entries["max.message.bytes"]
     assert [(s.name, s.value) for s in m.synonyms.values()] == [
-        ("max.message.bytes", "2000000"), ("message.max.bytes", "1048588")
+        ("max.message.bytes", "2000000"),
+        ("message.max.bytes", "1048588"),
     ]
     # no log.roll.* in the broker's config: Kafka's default, marked as such
     seg = entries["segment.ms"]
@@ -535,7 +549,9 @@ def test_incremental_alter_topic_configs(bootstrap, new_topic, clients):
     bad = ConfigResource(
         ResourceType.TOPIC,
         topic,
-        incremental_configs=[ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)],
+        incremental_configs=[
+            ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)
+        ],
     )
     err = admin_error(admin.incremental_alter_configs([bad], request_timeout=TIMEOUT)[bad])
     assert err.code() == KafkaError.INVALID_CONFIG
@@ -560,7 +576,9 @@ def test_incremental_alter_broker_config_and_topic_inherits_it(bootstrap, new_to
         b = describe(admin, ResourceType.BROKER, broker, ["message.max.bytes"])["message.max.bytes"]
         assert (b.value, b.source) == ("2000000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
         t = describe(admin, ResourceType.TOPIC, topic, ["max.message.bytes"])["max.message.bytes"]
-        assert t.value == "2000000", "a topic without override inherits the broker's dynamic message.max.bytes"
+        assert t.value == "2000000", (
+            "a topic without override inherits the broker's dynamic message.max.bytes"
+        )
         assert t.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
     finally:
         alter(AlterConfigOpType.DELETE, None)
@@ -587,13 +605,17 @@ def test_legacy_alter_broker_configs(bootstrap, clients):
     res = ConfigResource(ResourceType.BROKER, broker, set_config={"log.cleaner.backoff.ms": "17000"})
     admin.alter_configs([res], request_timeout=TIMEOUT)[res].result(timeout=TIMEOUT)
     try:
-        got = describe(admin, ResourceType.BROKER, broker, ["log.cleaner.backoff.ms"])["log.cleaner.backoff.ms"]
+        got = describe(admin, ResourceType.BROKER, broker, ["log.cleaner.backoff.ms"])[
+            "log.cleaner.backoff.ms"
+        ]
         assert (got.value, got.source) == ("17000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
         # a static-only key is refused and nothing changes
         bad = ConfigResource(ResourceType.BROKER, broker, set_config={"broker.id": "7"})
         err = admin_error(admin.alter_configs([bad], request_timeout=TIMEOUT)[bad])
         assert err.code() in (KafkaError.INVALID_REQUEST, KafkaError.INVALID_CONFIG), err
-        got = describe(admin, ResourceType.BROKER, broker, ["log.cleaner.backoff.ms"])["log.cleaner.backoff.ms"]
+        got = describe(admin, ResourceType.BROKER, broker, ["log.cleaner.backoff.ms"])[
+            "log.cleaner.backoff.ms"
+        ]
         assert got.value == "17000"
     finally:
         empty = ConfigResource(ResourceType.BROKER, broker, set_config={})

@@ -136,7 +136,9 @@ def test_kill9_keeps_every_acknowledged_record(broker_factory, clients, helpers)
         values = [r.value for r in got]
         assert len(set(values)) == len(values), f"partition {part}: a value appears twice"
         lost = [off for off, v in ours.items() if got[off].value != v]
-        assert not lost, f"partition {part}: {len(lost)} acknowledged records lost or changed, first {lost[:5]}"
+        assert not lost, (
+            f"partition {part}: {len(lost)} acknowledged records lost or changed, first {lost[:5]}"
+        )
         nxt = clients.confluent_produce(boot, topic, [clients.Rec(b"n", b"after kill")], part)
         assert nxt == [high]
 
@@ -155,7 +157,9 @@ def test_idempotent_producer_state_survives_restart(broker_factory, clients, hel
         batches = [
             raw.build_batch(
                 [clients.Rec(b"k", b"seq-%d-%d" % (seq, i)) for i in range(3)],
-                producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=seq,
             )
             for seq in (0, 3, 6)
         ]
@@ -171,7 +175,9 @@ def test_idempotent_producer_state_survives_restart(broker_factory, clients, hel
         # the next sequence continues
         assert raw.produce_result(c.call(raw.produce(topic, 0, batches[2], version=pv))) == (NONE, 6)
         # a gap in sequence numbers is refused
-        gap = raw.build_batch([clients.Rec(b"k", b"gap")], producer_id=pid, producer_epoch=epoch, base_sequence=42)
+        gap = raw.build_batch(
+            [clients.Rec(b"k", b"gap")], producer_id=pid, producer_epoch=epoch, base_sequence=42
+        )
         err, _ = raw.produce_result(c.call(raw.produce(topic, 0, gap, version=pv)))
         assert err == KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert clients.watermarks(broker.bootstrap, topic) == (0, 9)

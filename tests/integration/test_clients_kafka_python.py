@@ -181,7 +181,9 @@ def test_unknown_topic_without_auto_create(no_autocreate_broker, clients, topic_
 
 
 def test_auto_create_on_produce(bootstrap, clients, topic_name, helpers):
-    offsets = clients.kafka_python_produce(bootstrap, topic_name, [clients.Rec(b"k", b"auto")], partition=None)
+    offsets = clients.kafka_python_produce(
+        bootstrap, topic_name, [clients.Rec(b"k", b"auto")], partition=None
+    )
     assert offsets == [0]
     t = clients.wait_for_topic(bootstrap, topic_name)
     assert len(t.partitions) == helpers.SHARED_AUTO_PARTITIONS
@@ -284,7 +286,10 @@ def test_describe_configs_with_synonyms(new_topic, admin):
     assert mmb["value"] == "500000" and mmb["config_source"] == "DYNAMIC_TOPIC_CONFIG"
     syn = [(s["name"], s["source"]) for s in mmb["synonyms"]]
     assert syn[0] == ("max.message.bytes", "DYNAMIC_TOPIC_CONFIG")
-    assert ("message.max.bytes", "DEFAULT_CONFIG") in syn or ("message.max.bytes", "STATIC_BROKER_CONFIG") in syn
+    assert ("message.max.bytes", "DEFAULT_CONFIG") in syn or (
+        "message.max.bytes",
+        "STATIC_BROKER_CONFIG",
+    ) in syn
     ct = entries["compression.type"]
     assert (ct["value"], ct["config_source"]) == ("producer", "DEFAULT_CONFIG")
     assert entries["cleanup.policy"]["value"] == "delete"
@@ -299,8 +304,15 @@ def test_describe_broker_configs(admin, broker_target):
         [ConfigResource(ConfigResourceType.BROKER, str(nid))], include_synonyms=True, config_filter="all"
     )
     entries = res["broker"][str(nid)]
-    for key in ("broker.id", "log.dirs", "num.partitions", "message.max.bytes", "log.retention.hours",
-                "auto.create.topics.enable", "log.segment.bytes"):
+    for key in (
+        "broker.id",
+        "log.dirs",
+        "num.partitions",
+        "message.max.bytes",
+        "log.retention.hours",
+        "auto.create.topics.enable",
+        "log.segment.bytes",
+    ):
         assert key in entries, f"broker DescribeConfigs lacks {key}"
     if broker_target == "odradek":
         assert entries["broker.id"]["value"] == str(nid)
@@ -313,11 +325,17 @@ def test_alter_configs_legacy_and_incremental(new_topic, admin):
     topic = new_topic(config={"retention.ms": "1000000", "segment.ms": "3600000"})
     # incremental: SET one, DELETE another, the rest untouched
     result = admin.alter_configs(
-        [ConfigResource(ConfigResourceType.TOPIC, topic, {
-            "retention.ms": (AlterConfigOp.SET, "2000000"),
-            "segment.ms": (AlterConfigOp.DELETE, None),
-            "flush.messages": (AlterConfigOp.SET, "1000"),
-        })],
+        [
+            ConfigResource(
+                ConfigResourceType.TOPIC,
+                topic,
+                {
+                    "retention.ms": (AlterConfigOp.SET, "2000000"),
+                    "segment.ms": (AlterConfigOp.DELETE, None),
+                    "flush.messages": (AlterConfigOp.SET, "1000"),
+                },
+            )
+        ],
         incremental=True,
     )
     assert result == {"topic": {topic: "OK"}}
@@ -332,7 +350,10 @@ def test_alter_configs_legacy_and_incremental(new_topic, admin):
     assert result == {"topic": {topic: "OK"}}
     got = topic_configs(admin, topic, ["retention.ms", "flush.messages"])
     assert got["retention.ms"]["value"] == "3000000"
-    assert (got["flush.messages"]["value"], got["flush.messages"]["config_source"]) == ("1000", "DYNAMIC_TOPIC_CONFIG")
+    assert (got["flush.messages"]["value"], got["flush.messages"]["config_source"]) == (
+        "1000",
+        "DYNAMIC_TOPIC_CONFIG",
+    )
     # unknown keys are refused (raise_on_unknown=False lets the broker decide); kafka-python returns the error
     result = admin.alter_configs(
         [ConfigResource(ConfigResourceType.TOPIC, topic, {"retention.nonsense": "1"})],
@@ -364,7 +385,9 @@ def test_alter_broker_config_incremental_and_reset(admin):
         raise_on_unknown=False,
     )
     assert result["broker"][nid] != "OK", "log.dirs was accepted as a dynamic broker config"
-    assert "InvalidRequestError" in result["broker"][nid] or "InvalidConfigurationError" in result["broker"][nid]
+    assert (
+        "InvalidRequestError" in result["broker"][nid] or "InvalidConfigurationError" in result["broker"][nid]
+    )
 
 
 def test_describe_cluster(bootstrap, admin):

@@ -34,9 +34,7 @@ def test_round_trip_through_group_consumer(bootstrap, new_topic, clients, kafkaj
     recs = clients.numbered_records(20, b"js-group")
     clients.confluent_produce(bootstrap, topic, recs[:10], partition=0)
     clients.confluent_produce(bootstrap, topic, recs[10:], partition=1)
-    got = kafkajs(
-        "consume", topic=topic, groupId=f"js-{topic}", count=len(recs), timeoutMs=60000
-    )
+    got = kafkajs("consume", topic=topic, groupId=f"js-{topic}", count=len(recs), timeoutMs=60000)
     assert sorted((d["partition"], d["offset"]) for d in got) == [(p, o) for p in (0, 1) for o in range(10)]
     assert sorted(clients.unb64(d["value"]) for d in got) == sorted(r.value for r in recs)
 
@@ -84,12 +82,14 @@ def test_create_topics_and_fetch_metadata(kafkajs, helpers):
     name = helpers.make_topic_name("js-create")
     created = kafkajs(
         "createTopics",
-        topics=[{
-            "topic": name,
-            "numPartitions": 3,
-            "replicationFactor": 1,
-            "configEntries": [{"name": "retention.ms", "value": "3600000"}],
-        }],
+        topics=[
+            {
+                "topic": name,
+                "numPartitions": 3,
+                "replicationFactor": 1,
+                "configEntries": [{"name": "retention.ms", "value": "3600000"}],
+            }
+        ],
     )
     assert created is True
     md = kafkajs("fetchTopicMetadata", topics=[name])
@@ -101,9 +101,15 @@ def test_create_topics_and_fetch_metadata(kafkajs, helpers):
     assert all(p["replicas"] == [p["leader"]] and p["isr"] == [p["leader"]] for p in parts)
     # creating it again: kafkajs reports "already exists" as false, not as an error
     assert kafkajs("createTopics", topics=[{"topic": name, "numPartitions": 1}]) is False
-    cfg = kafkajs("describeConfigs", resources=[{"type": "TOPIC", "name": name, "configNames": ["retention.ms"]}])
+    cfg = kafkajs(
+        "describeConfigs", resources=[{"type": "TOPIC", "name": name, "configNames": ["retention.ms"]}]
+    )
     (entry,) = cfg["resources"][0]["configEntries"]
-    assert (entry["configName"], entry["configValue"], entry["isDefault"]) == ("retention.ms", "3600000", False)
+    assert (entry["configName"], entry["configValue"], entry["isDefault"]) == (
+        "retention.ms",
+        "3600000",
+        False,
+    )
 
 
 def test_create_topics_validate_only_and_rejections(kafkajs, helpers):
@@ -112,9 +118,15 @@ def test_create_topics_validate_only_and_rejections(kafkajs, helpers):
     assert name not in kafkajs("listTopics")
     cases = {
         "bad name": ({"topic": "no spaces allowed", "numPartitions": 1}, "INVALID_TOPIC_EXCEPTION"),
-        "zero partitions": ({"topic": helpers.make_topic_name("js-zero"), "numPartitions": 0}, "INVALID_PARTITIONS"),
+        "zero partitions": (
+            {"topic": helpers.make_topic_name("js-zero"), "numPartitions": 0},
+            "INVALID_PARTITIONS",
+        ),
         "unknown config": (
-            {"topic": helpers.make_topic_name("js-cfg"), "configEntries": [{"name": "nope.nope", "value": "1"}]},
+            {
+                "topic": helpers.make_topic_name("js-cfg"),
+                "configEntries": [{"name": "nope.nope", "value": "1"}],
+            },
             "INVALID_CONFIG",
         ),
     }
@@ -136,12 +148,16 @@ def test_offsets_and_offsets_by_timestamp(bootstrap, new_topic, clients, kafkajs
     msgs = [clients.rec_to_js(clients.Rec(b"k", b"v%d" % i, (), base + 10 * i)) for i in range(8)]
     kafkajs("produce", topic=topic, messages=msgs[:4])
     kafkajs("produce", topic=topic, messages=msgs[4:])
-    offsets = {p["partition"]: (int(p["low"]), int(p["high"])) for p in kafkajs("fetchTopicOffsets", topic=topic)}
+    offsets = {
+        p["partition"]: (int(p["low"]), int(p["high"])) for p in kafkajs("fetchTopicOffsets", topic=topic)
+    }
     assert offsets == {0: (0, 8), 1: (0, 0)}
 
     def by_ts(ts):
-        return {p["partition"]: int(p["offset"]) for p in kafkajs("fetchTopicOffsetsByTimestamp", topic=topic,
-                                                                 timestamp=ts)}
+        return {
+            p["partition"]: int(p["offset"])
+            for p in kafkajs("fetchTopicOffsetsByTimestamp", topic=topic, timestamp=ts)
+        }
 
     assert by_ts(base + 35) == {0: 4, 1: 0}
     assert by_ts(base + 40) == {0: 4, 1: 0}
@@ -178,11 +194,20 @@ def test_describe_and_alter_configs(new_topic, kafkajs):
     assert entries["retention.ms"]["configValue"] == "604800000"
     assert entries["cleanup.policy"]["configSynonyms"][0]["configSource"] == 1
 
-    kafkajs("alterConfigs", resources=[{
-        "type": "TOPIC", "name": topic, "configEntries": [{"name": "retention.ms", "value": "86400000"}],
-    }])
-    res = kafkajs("describeConfigs", resources=[{"type": "TOPIC", "name": topic,
-                                                 "configNames": ["retention.ms", "cleanup.policy"]}])
+    kafkajs(
+        "alterConfigs",
+        resources=[
+            {
+                "type": "TOPIC",
+                "name": topic,
+                "configEntries": [{"name": "retention.ms", "value": "86400000"}],
+            }
+        ],
+    )
+    res = kafkajs(
+        "describeConfigs",
+        resources=[{"type": "TOPIC", "name": topic, "configNames": ["retention.ms", "cleanup.policy"]}],
+    )
     entries = {e["configName"]: e["configValue"] for e in res["resources"][0]["configEntries"]}
     # AlterConfigs replaces the whole override set: cleanup.policy is back to its default
     assert entries == {"retention.ms": "86400000", "cleanup.policy": "delete"}

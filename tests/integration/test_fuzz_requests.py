@@ -40,10 +40,14 @@ UNSUPPORTED_VERSION, INVALID_RECORD = 35, 87
 
 @pytest.fixture(scope="module")
 def fuzz_broker(broker_logs_dir, helpers):
-    overrides = {} if helpers.TARGET == "tansu" else {
-        "socket.request.max.bytes": str(MAX_REQUEST_BYTES),
-        "auto.create.topics.enable": "false",
-    }
+    overrides = (
+        {}
+        if helpers.TARGET == "tansu"
+        else {
+            "socket.request.max.bytes": str(MAX_REQUEST_BYTES),
+            "auto.create.topics.enable": "false",
+        }
+    )
     broker = helpers.new_broker(broker_logs_dir, "fuzz", overrides)
     broker.start()
     yield broker
@@ -83,7 +87,9 @@ def health(fuzz_broker, fuzz_topic, raw, clients, helpers):
         value = b"health-%d-%f" % (counter[0], time.time())
         with raw.RawClient.to(fuzz_broker) as c:
             err, base = raw.produce_result(
-                c.call(raw.produce(fuzz_topic, 0, raw.build_batch([clients.Rec(b"h", value)]), version=produce_v))
+                c.call(
+                    raw.produce(fuzz_topic, 0, raw.build_batch([clients.Rec(b"h", value)]), version=produce_v)
+                )
             )
             assert err == NONE, f"health produce failed with error {err} {context}"
             err, hw, records = raw.fetch_result(c.call(raw.fetch(fuzz_topic, 0, base, version=fetch_v)))
@@ -133,7 +139,9 @@ def frame(body: bytes) -> bytes:
     return struct.pack(">i", len(body)) + body
 
 
-def header_v1(api_key: int, version: int, correlation_id: int = 1, client_id: bytes | None = b"fuzz") -> bytes:
+def header_v1(
+    api_key: int, version: int, correlation_id: int = 1, client_id: bytes | None = b"fuzz"
+) -> bytes:
     cid = struct.pack(">h", -1) if client_id is None else struct.pack(">h", len(client_id)) + client_id
     return struct.pack(">hhi", api_key, version, correlation_id) + cid
 
@@ -190,7 +198,11 @@ def test_unknown_api_keys_and_versions(fuzz_broker, health, helpers, api_key, ve
 
 
 @FUZZ
-@given(cut=st.floats(0.0, 1.0, exclude_max=True), fix_length=st.booleans(), which=st.sampled_from(["metadata", "produce"]))
+@given(
+    cut=st.floats(0.0, 1.0, exclude_max=True),
+    fix_length=st.booleans(),
+    which=st.sampled_from(["metadata", "produce"]),
+)
 def test_truncated_requests(fuzz_broker, fuzz_topic, health, raw, clients, cut, fix_length, which):
     if which == "metadata":
         req = raw.metadata([fuzz_topic, "another-topic"], version=8)
@@ -213,7 +225,9 @@ def _encode(raw, request) -> bytes:
 @FUZZ
 @given(flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=8))
 def test_bit_flipped_produce(fuzz_broker, fuzz_topic, health, raw, clients, flips):
-    body = bytearray(_encode(raw, raw.produce(fuzz_topic, 0, raw.build_batch(clients.sample_records(big=False)))))
+    body = bytearray(
+        _encode(raw, raw.produce(fuzz_topic, 0, raw.build_batch(clients.sample_records(big=False))))
+    )
     for pos, mask in flips:
         body[pos % len(body)] ^= mask
     data, _closed = throw(fuzz_broker, frame(bytes(body)))
@@ -285,7 +299,9 @@ def test_produce_bad_batches_get_error_codes(fuzz_broker, fuzz_topic, health, ra
 # ordering
 
 
-def test_pipelined_responses_keep_request_order_behind_a_long_poll(fuzz_broker, fuzz_topic, health, raw, clients):
+def test_pipelined_responses_keep_request_order_behind_a_long_poll(
+    fuzz_broker, fuzz_topic, health, raw, clients
+):
     """Fetch (long poll at the log end) first, then ApiVersions and Metadata on the same connection: the answers
     leave in request order, so the quick ones wait for the Fetch; a produce from elsewhere wakes the Fetch."""
     with raw.RawClient.to(fuzz_broker, timeout=30) as c:
@@ -315,7 +331,9 @@ def test_pipelined_responses_keep_request_order_behind_a_long_poll(fuzz_broker, 
         err, _, records = raw.fetch_result(answers[0][1])
         assert err == NONE
         assert [r.value for b in raw.parse_batches(records) for r in b["records"]] == [value]
-        assert elapsed < 10, f"the parked Fetch took {elapsed:.1f}s to answer after the append (max wait 15 s)"
+        assert elapsed < 10, (
+            f"the parked Fetch took {elapsed:.1f}s to answer after the append (max wait 15 s)"
+        )
     health()
 
 
@@ -323,7 +341,11 @@ def test_pipelined_burst_in_order(fuzz_broker, fuzz_topic, health, raw):
     with raw.RawClient.to(fuzz_broker) as c:
         reqs = []
         for i in range(200):
-            req = [raw.api_versions(0), raw.metadata([fuzz_topic]), raw.fetch(fuzz_topic, 0, 0, max_wait_ms=0)][i % 3]
+            req = [
+                raw.api_versions(0),
+                raw.metadata([fuzz_topic]),
+                raw.fetch(fuzz_topic, 0, 0, max_wait_ms=0),
+            ][i % 3]
             reqs.append((c.send(req), type(req)))
         got = [c.recv(t)[0] for _, t in reqs]
         assert got == [corr for corr, _ in reqs]
