@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -41,10 +41,6 @@ class TopicInfo:
     internal: bool = False
 
 
-class MetadataListener(Protocol):
-    def __call__(self, event: str, topic: str) -> None: ...
-
-
 class MetadataStore(Protocol):
     cluster_id: str
 
@@ -66,7 +62,6 @@ class StandaloneMetadataStore:
     def __init__(self, directory: Path, broker: BrokerInfo) -> None:
         self._path = Path(directory) / self.FILE_NAME
         self._broker = broker
-        self._listeners: list[Callable[[str, str], None]] = []
         self._topics: dict[str, TopicInfo] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._next_producer_id = 0
