@@ -278,6 +278,10 @@ class GroupCoordinatorRuntime:
                 # Unloaded mid-append: whoever waits for these appends still gets an answer.
                 self._finish(handle, appends, ErrorCode.not_coordinator)
                 raise
+            except Exception:
+                # A bug must not kill the writer: every later append of this shard would wait forever.
+                log.exception("appending to %s-%d failed unexpectedly", OFFSETS_TOPIC, handle.partition)
+                error = ErrorCode.unknown_server_error
             if handle.status is not ShardStatus.ACTIVE:
                 error = error or ErrorCode.not_coordinator
             self._finish(handle, appends, error)
