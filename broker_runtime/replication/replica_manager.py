@@ -96,6 +96,13 @@ class ReplicaManager:
     async def append(
         self, topic: str, index: int, batch: bytearray, header: BatchHeader, *, acks: int, timeout_ms: int
     ) -> AppendResult:
+        """The append path of coordinators writing their own topics (Produce validates in its handler)."""
+        partition = self.leader_partition(topic, index)
+        if header.size > partition.log.config.max_message_bytes:
+            raise KafkaError(
+                ErrorCode.message_too_large,
+                f"batch of {header.size} bytes exceeds max.message.bytes {partition.log.config.max_message_bytes}",
+            )
         partition, result = self.append_local(topic, index, batch, header, acks=acks)
         if acks == -1:
             await self.wait_for_replication(partition, result, timeout_ms)
