@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import uuid
 
+import pytest
 from group_harness import (
     OFFSETS_PARTITIONS,
     assert_commits_never_go_backwards,
@@ -89,6 +90,7 @@ def find_coordinator(key: str, key_type: int):
     return FindCoordinatorRequest(key=key, key_type=i8(key_type))
 
 
+@pytest.mark.odradek_only  # reads the generation from __consumer_offsets
 def test_bad_group_requests_get_kafkas_errors_and_the_group_carries_on(
     group_broker, new_topic, members, raw
 ) -> None:
