@@ -1024,6 +1024,9 @@ class GroupCoordinatorShard:
     ) -> Reply[OffsetDeleteResult]:
         reply: Reply[OffsetDeleteResult] = Reply()
         partitions = list(dict.fromkeys(partitions))
+        if not group_id:  # Kafka's isValidGroupId: only commits, fetches, describes and deletes may use ""
+            reply.complete(OffsetDeleteResult(ErrorCode.invalid_group_id))
+            return reply
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             reply.complete(OffsetDeleteResult(ErrorCode.group_id_not_found))

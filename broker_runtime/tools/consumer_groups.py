@@ -145,13 +145,15 @@ class Cluster:
         return {TopicPartition(k.topic, k.partition): f.result().offset for k, f in futures.items()}
 
     def topic_partitions(self, topic: str) -> list[TopicPartition]:
-        metadata = self.admin.list_topics(topic=topic, timeout=self.timeout_s)
-        info = metadata.topics.get(topic)
-        if info is None or info.error is not None:
-            raise CommandError(
-                f"Topic '{topic}' does not exist or is not available: {info.error if info else ''}"
-            )
-        return [TopicPartition(topic, p) for p in sorted(info.partitions)]
+        # DescribeTopics, not a Metadata lookup: the latter would auto-create a misspelled topic.
+        from confluent_kafka import KafkaException, TopicCollection
+
+        future = self.admin.describe_topics(TopicCollection([topic]), request_timeout=self.timeout_s)[topic]
+        try:
+            description = future.result()
+        except KafkaException as exc:
+            raise CommandError(f"Topic '{topic}' does not exist or is not available: {exc.args[0]}") from None
+        return [TopicPartition(topic, p.id) for p in sorted(description.partitions, key=lambda p: p.id)]
 
     def alter_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
         from confluent_kafka import ConsumerGroupTopicPartitions
@@ -503,7 +505,9 @@ class Command:
                     or MISSING
                 )
             table.append(row)
-        minimums = [15, 15] + ([17] if with_instance else []) + [15, 15, 15, 0]
+        if not table:
+            return
+        minimums = [15, 15] + ([17] if with_instance else []) + [15, 15, 15] + ([0] if self.args.verbose else [])
         self._table(header, table, minimums)
 
     def _describe_state(self, info: GroupInfo) -> None:

@@ -74,6 +74,9 @@ def test_list_and_describe_an_active_group(active_group) -> None:
         cli(bootstrap, "--describe", "--group", group, "--members", "--verbose").stdout, "GROUP"
     )
     assert members_table == [[group, member_id, "/127.0.0.1", "rdkafka", str(PARTITIONS), f"{topic}(0,1,2)"]]
+    plain = cli(bootstrap, "--describe", "--group", group, "--members")
+    assert plain.returncode == 0, plain.stderr
+    assert rows(plain.stdout, "GROUP") == [[group, member_id, "/127.0.0.1", "rdkafka", str(PARTITIONS)]]
     state_table = rows(cli(bootstrap, "--describe", "--group", group, "--state").stdout, "GROUP")
     assert state_table[0][-3:] == ["range", "Stable", "1"]
 
@@ -199,3 +202,14 @@ def test_delete_offsets_and_groups(active_group) -> None:
     assert group not in cli(bootstrap, "--list").stdout.split()
     again = cli(bootstrap, "--delete", "--group", group)
     assert again.returncode == 1 and "GROUP_ID_NOT_FOUND" in again.stdout
+
+
+def test_a_misspelled_topic_is_an_error_and_is_not_created(group_broker, clients) -> None:
+    """Partitions are resolved with DescribeTopics: a Metadata lookup would auto-create the topic."""
+    bootstrap = group_broker.bootstrap
+    missing = f"no-such-topic-{uuid.uuid4().hex[:8]}"
+    result = cli(bootstrap, "--reset-offsets", "--group", "nobody", "--topic", missing, "--to-earliest")
+    assert result.returncode != 0
+    assert f"Topic '{missing}' does not exist" in result.stdout + result.stderr
+    topics = clients.confluent_admin(bootstrap).list_topics(timeout=10).topics
+    assert missing not in topics

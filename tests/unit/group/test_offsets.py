@@ -157,6 +157,7 @@ def test_offset_delete_rules() -> None:
     assert d.committed("g") == {("t", 0): 1}
     missing = d.shard.delete_offsets("nope", [TopicPartition("t", 0)])
     assert missing.result().error is E.group_id_not_found
+    assert d.shard.delete_offsets("", [TopicPartition("t", 0)]).result().error is E.invalid_group_id
 
 
 def test_offset_delete_of_a_non_consumer_group_with_members_is_refused() -> None:
