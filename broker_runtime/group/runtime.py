@@ -53,6 +53,13 @@ T = TypeVar("T")
 
 # Records per appended batch when several operations are waiting: bounds batch size, keeps latency low.
 MAX_RECORDS_PER_APPEND = 2000
+# Merged batches stay well under the default max.message.bytes (1048588) of __consumer_offsets.
+MAX_MERGED_BATCH_BYTES = 512 * 1024
+
+
+def _estimated_size(append: Append) -> int:
+    """Uncompressed bytes the append adds to a batch (record framing included, roughly)."""
+    return sum(len(key) + len(value or b"") + 16 for key, value in append.records)
 
 
 class ShardStatus(enum.Enum):
@@ -266,12 +273,21 @@ class GroupCoordinatorRuntime:
 
     async def _write_loop(self, handle: ShardHandle) -> None:
         queue = handle.queue
+        carry: Append | None = None
         while True:
-            appends = [await queue.get()]
-            count = len(appends[0].records)
+            appends = [carry if carry is not None else await queue.get()]
+            carry = None
+            count, size = len(appends[0].records), _estimated_size(appends[0])
+            # Merge queued appends into one batch, but never past max.message.bytes: a request too large on its
+            # own must fail alone, not take its neighbours with it.
             while not queue.empty() and count < MAX_RECORDS_PER_APPEND:
-                appends.append(queue.get_nowait())
-                count += len(appends[-1].records)
+                following = queue.get_nowait()
+                if size + _estimated_size(following) > MAX_MERGED_BATCH_BYTES:
+                    carry = following
+                    break
+                appends.append(following)
+                count += len(following.records)
+                size += _estimated_size(following)
             try:
                 error = await self._append(handle, appends)
             except asyncio.CancelledError:

@@ -70,3 +70,21 @@ def test_failed_acks_zero_produce_closes_the_connection(shared_broker, new_topic
     with raw.RawClient.to(shared_broker) as client:
         client.send(raw.produce(topic, 0, batch, acks=0))
         assert client.call(raw.api_versions()).error_code == 0  # a good acks=0 produce keeps it open
+
+
+def test_a_commit_too_large_for_the_offsets_topic_is_refused_alone(bootstrap, new_topic):
+    """Kafka answers INVALID_COMMIT_OFFSET_SIZE when the commit's records exceed max.message.bytes."""
+    from confluent_kafka import KafkaException
+
+    topic = new_topic(partitions=300)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"big-{topic}", "enable.auto.commit": False})
+    try:
+        huge = [TopicPartition(topic, p, 1, metadata="m" * 4000) for p in range(300)]
+        with pytest.raises(KafkaException) as exc:
+            consumer.commit(offsets=huge, asynchronous=False)
+        assert exc.value.args[0].code() == KafkaError.INVALID_COMMIT_OFFSET_SIZE
+        consumer.commit(offsets=[TopicPartition(topic, 0, 7, metadata="small")], asynchronous=False)
+        (committed,) = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+        assert (committed.offset, committed.metadata) == (7, "small")
+    finally:
+        consumer.close()
