@@ -291,8 +291,10 @@ class GroupCoordinatorRuntime:
             try:
                 error = await self._append(handle, appends)
             except asyncio.CancelledError:
-                # Unloaded mid-append: whoever waits for these appends still gets an answer.
-                self._finish(handle, appends, ErrorCode.not_coordinator)
+                # Unloaded mid-append: whoever waits for these appends (or the one held back) still gets an answer.
+                self._finish(
+                    handle, appends + ([carry] if carry is not None else []), ErrorCode.not_coordinator
+                )
                 raise
             except Exception:
                 # A bug must not kill the writer: every later append of this shard would wait forever.
