@@ -25,59 +25,20 @@ async def handle_produce(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     acks = request.acks
     timeout_ms = int(request.timeout.total_seconds() * 1000)
-    topics_meta = broker.metadata.topics()
-    pending: list[
-        tuple[str, int, object, object]
-    ] = []  # (topic, index, AppendResult | KafkaError, wait | None)
-
+    # (topic, index, AppendResult | KafkaError, coroutine waiting for replication | None)
+    pending: list[tuple[str, int, object, object]] = []
     for topic_data in request.topic_data:
         name = topic_data.name
-        topic = topics_meta.get(name)
         for part in topic_data.partition_data:
             try:
                 if acks not in (0, 1, -1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, got {acks}")
-                partition = broker.replica_manager.get_partition(name, part.index)
-                if topic is None or part.index not in topic.partitions:
-                    raise KafkaError(
-                        ErrorCode.unknown_topic_or_partition, f"{name}-{part.index} does not exist"
-                    )
-                if partition is None:
-                    raise KafkaError(
-                        ErrorCode.not_leader_or_follower, f"{name}-{part.index} is not hosted here"
-                    )
-                if topic.internal:
-                    raise KafkaError(
-                        ErrorCode.invalid_topic_exception, f"cannot append to internal topic {name}"
-                    )
                 if request.transactional_id is not None:
                     raise KafkaError(
                         ErrorCode.transactional_id_authorization_failed,
                         "transactions are not supported by this broker yet",
                     )
-                if part.records is None:
-                    raise KafkaError(ErrorCode.invalid_record, "no records")
-                batch = bytearray(part.records)
-                max_bytes = partition.log.config.max_message_bytes
-                header = validate_produce_batch(batch, max_bytes)
-                if header.codec == CODEC_ZSTD and ctx.api_version < 7:
-                    raise KafkaError(ErrorCode.unsupported_compression_type, "zstd needs Produce v7 or later")
-                policy = broker.produce_policy(name)
-                if not policy.log_append_time:
-                    _check_timestamps(header, policy, broker.clock.time_ms())
-                if policy.compacted and any(r.key is None for r in decode_records(batch, header)):
-                    raise KafkaError(
-                        ErrorCode.invalid_record,
-                        f"compacted topic {name} cannot accept a record without a key",
-                    )
-                if policy.codec is not None and policy.codec != header.codec:
-                    batch = recompress(batch, header, policy.codec)
-                    header = read_header(batch)
-                    if header.size > max_bytes:
-                        raise KafkaError(
-                            ErrorCode.message_too_large,
-                            f"batch of {header.size} bytes after recompression exceeds max.message.bytes {max_bytes}",
-                        )
+                batch, header = _validated_batch(ctx, name, part.index, part.records)
                 partition, result = broker.replica_manager.append_local(
                     name, part.index, batch, header, acks=acks
                 )
@@ -119,6 +80,42 @@ async def handle_produce(ctx: RequestContext, request) -> object:
             for name, parts in results.items()
         ],
     )
+
+
+def _validated_batch(ctx: RequestContext, name: str, index: int, records: bytes | None):
+    """The partition's batch, validated against the topic's configs (and recompressed if the topic says so)."""
+    broker = ctx.broker
+    topic = broker.metadata.topics().get(name)
+    if topic is None or index not in topic.partitions:
+        raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{name}-{index} does not exist")
+    partition = broker.replica_manager.get_partition(name, index)
+    if partition is None:
+        raise KafkaError(ErrorCode.not_leader_or_follower, f"{name}-{index} is not hosted here")
+    if topic.internal:
+        raise KafkaError(ErrorCode.invalid_topic_exception, f"cannot append to internal topic {name}")
+    if records is None:
+        raise KafkaError(ErrorCode.invalid_record, "no records")
+    batch = bytearray(records)
+    max_bytes = partition.log.config.max_message_bytes
+    header = validate_produce_batch(batch, max_bytes)
+    if header.codec == CODEC_ZSTD and ctx.api_version < 7:
+        raise KafkaError(ErrorCode.unsupported_compression_type, "zstd needs Produce v7 or later")
+    policy = broker.produce_policy(name)
+    if not policy.log_append_time:
+        _check_timestamps(header, policy, broker.clock.time_ms())
+    if policy.compacted and any(r.key is None for r in decode_records(batch, header)):
+        raise KafkaError(
+            ErrorCode.invalid_record, f"compacted topic {name} cannot accept a record without a key"
+        )
+    if policy.codec is not None and policy.codec != header.codec:
+        batch = recompress(batch, header, policy.codec)
+        header = read_header(batch)
+        if header.size > max_bytes:
+            raise KafkaError(
+                ErrorCode.message_too_large,
+                f"batch of {header.size} bytes after recompression exceeds max.message.bytes {max_bytes}",
+            )
+    return batch, header
 
 
 def _check_timestamps(header, policy, now_ms: int) -> None:
