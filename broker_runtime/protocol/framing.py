@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
 from kio.serial import entity_reader, entity_writer
 
 _SIZE = struct.Struct(">i")
@@ -102,11 +102,6 @@ def _read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
 @cache
 def request_class(api_key: int, api_version: int) -> Any:
     return load_request_schema(api_key, api_version)
-
-
-@cache
-def response_class(api_key: int, api_version: int) -> Any:
-    return load_response_schema(api_key, api_version)
 
 
 @cache

@@ -28,8 +28,3 @@ def field_names(cls: type) -> frozenset[str]:
 def make(cls: type, **values: Any) -> Any:
     names = field_names(cls)
     return cls(**{k: v for k, v in values.items() if k in names})
-
-
-def has_field(obj_or_cls: Any, name: str) -> bool:
-    cls = obj_or_cls if isinstance(obj_or_cls, type) else type(obj_or_cls)
-    return name in field_names(cls)

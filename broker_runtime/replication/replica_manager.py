@@ -31,9 +31,6 @@ class ReplicaManager:
     def get_partition(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
 
-    def partitions(self) -> Iterable[Partition]:
-        return self._partitions.values()
-
     def add_partition(self, partition: Partition) -> None:
         self._partitions[(partition.topic, partition.index)] = partition
         partition.maybe_advance_high_watermark()

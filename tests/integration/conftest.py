@@ -126,6 +126,11 @@ def confluent_produce(
     return results
 
 
+def _python_client_rec(m) -> Rec:
+    """A kafka-python or aiokafka ConsumerRecord as a Rec (both have the same fields)."""
+    return Rec(m.key, m.value, tuple((k, v) for k, v in m.headers), m.timestamp, m.partition, m.offset)
+
+
 def _confluent_rec(m) -> Rec:
     headers = tuple((k, v) for k, v in (m.headers() or []))
     return Rec(m.key(), m.value(), headers, m.timestamp()[1], m.partition(), m.offset())
@@ -278,17 +283,7 @@ def kafka_python_consume(
             if time.monotonic() > deadline:
                 raise AssertionError(f"kafka-python consumer: {len(out)}/{count} records within {timeout}s")
             for msgs in consumer.poll(timeout_ms=200).values():
-                for m in msgs:
-                    out.append(
-                        Rec(
-                            m.key,
-                            m.value,
-                            tuple((k, v) for k, v in m.headers),
-                            m.timestamp,
-                            m.partition,
-                            m.offset,
-                        )
-                    )
+                out += [_python_client_rec(m) for m in msgs]
     finally:
         consumer.close()
     return out[:count] if len(out) > count else out
@@ -356,17 +351,7 @@ async def _aiokafka_consume(bootstrap, topic, count, partition, start, timeout, 
                 raise AssertionError(f"aiokafka consumer: {len(out)}/{count} records within {timeout}s")
             batches = await consumer.getmany(tp, timeout_ms=200)
             for msgs in batches.values():
-                for m in msgs:
-                    out.append(
-                        Rec(
-                            m.key,
-                            m.value,
-                            tuple((k, v) for k, v in m.headers),
-                            m.timestamp,
-                            m.partition,
-                            m.offset,
-                        )
-                    )
+                out += [_python_client_rec(m) for m in msgs]
     finally:
         await consumer.stop()
     return out[:count]
