@@ -32,6 +32,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from broker_runtime.protocol.varint import VarintError, read_uvarint, write_uvarint
+
 OFFSETS_TOPIC = "__consumer_offsets"
 
 OFFSET_COMMIT_KEY_VERSIONS = (0, 1)
@@ -148,18 +150,11 @@ class _Reader:
         return self._unpack(_I64)
 
     def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            if self.pos >= len(self.buf):
-                raise RecordFormatError("truncated varint")
-            byte = self.buf[self.pos]
-            self.pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 35:
-                raise RecordFormatError("varint longer than 5 bytes")
+        try:
+            value, self.pos = read_uvarint(self.buf, self.pos)
+        except VarintError as exc:
+            raise RecordFormatError(str(exc)) from None
+        return value
 
     def nullable_string(self) -> str | None:
         n = self.uvarint() - 1 if self.flexible else self.int16()
@@ -213,10 +208,7 @@ class _Writer:
         self.out += _I64.pack(v)
 
     def uvarint(self, v: int) -> None:
-        while v & ~0x7F:
-            self.out.append((v & 0x7F) | 0x80)
-            v >>= 7
-        self.out.append(v)
+        write_uvarint(self.out, v)
 
     def nullable_string(self, s: str | None) -> None:
         if s is None:

@@ -43,6 +43,7 @@ from broker_runtime.protocol.records import (
     iter_headers,
     read_header,
 )
+from broker_runtime.protocol.varint import read_varint
 
 if TYPE_CHECKING:
     from broker_runtime.broker import Broker
@@ -414,8 +415,8 @@ def iter_key_values(data: Any, header: Any) -> Iterator[tuple[int, bytes | None,
     """(offset, key, value) of every record of one batch: the loader's hot loop.
 
     `decode_records` builds full Record objects (timestamps, headers); loading a large partition only needs keys
-    and values, so uncompressed batches (what the coordinator writes) are walked here directly, reading the
-    common one-byte varints inline. Compressed batches go through `decode_records`.
+    and values, so uncompressed batches (what the coordinator writes) are walked here directly. Compressed
+    batches go through `decode_records`.
     """
     if header.codec != CODEC_NONE:
         for record in decode_records(data, header):
@@ -425,39 +426,22 @@ def iter_key_values(data: Any, header: Any) -> Iterator[tuple[int, bytes | None,
     base = header.base_offset
     pos = 0
     for _ in range(header.record_count):
-        length, pos = _varint(body, pos)
+        length, pos = read_varint(body, pos)
         end = pos + length
         pos += 1  # record attributes
-        _, pos = _varint(body, pos)  # timestamp delta
-        delta, pos = _varint(body, pos)
-        size, pos = _varint(body, pos)
+        _, pos = read_varint(body, pos)  # timestamp delta
+        delta, pos = read_varint(body, pos)
+        size, pos = read_varint(body, pos)
         key = None
         if size >= 0:
             key = body[pos : pos + size]
             pos += size
-        size, pos = _varint(body, pos)
+        size, pos = read_varint(body, pos)
         value = None if size < 0 else body[pos : pos + size]
         if end > len(body):
             raise InvalidRecords(ErrorCode.corrupt_message, "record length runs past the batch")
         yield base + delta, key, value
         pos = end
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint; the one-byte case (lengths under 64, small deltas) without a loop."""
-    byte = buf[pos]
-    if byte < 0x80:
-        return (byte >> 1) ^ -(byte & 1), pos + 1
-    raw, shift = byte & 0x7F, 7
-    while True:
-        pos += 1
-        byte = buf[pos]
-        raw |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos + 1
-        shift += 7
-        if shift > 63:
-            raise InvalidRecords(ErrorCode.corrupt_message, "varint too long")
 
 
 def _replay_marker(shard: GroupCoordinatorShard, data: Any, header: Any) -> None:

@@ -134,5 +134,5 @@ def _check_timestamps(header, policy, now_ms: int) -> None:
 
 def _partition_result(index: int, outcome) -> PartitionResult:
     if isinstance(outcome, KafkaError):
-        return index, outcome.error_code, -1, -1, -1, outcome.message
-    return index, 0, outcome.base_offset, outcome.log_append_time, outcome.log_start_offset, None
+        return index, outcome.error_code, -1, -1, -1, (), outcome.message
+    return index, 0, outcome.base_offset, outcome.log_append_time, outcome.log_start_offset, (), None

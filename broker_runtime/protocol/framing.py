@@ -17,6 +17,8 @@ from typing import Any
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
 from kio.serial import entity_reader, entity_writer
 
+from broker_runtime.protocol.varint import VarintError, read_uvarint
+
 _SIZE = struct.Struct(">i")
 _HEADER_FIXED = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 _CORRELATION = struct.Struct(">i")
@@ -84,21 +86,6 @@ class FrameDecoder:
         return len(self._buf)
 
 
-def _read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise FrameError("truncated varint in request header")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise FrameError("varint too long in request header")
-
-
 @cache
 def request_class(api_key: int, api_version: int) -> Any:
     return load_request_schema(api_key, api_version)
@@ -138,11 +125,14 @@ def decode_body(header: RequestHeader, frame: memoryview, pos: int) -> Any:
             header, f"api {header.api_key} v{header.api_version} is not supported"
         ) from exc
     if cls.__flexible__:
-        count, pos = _read_uvarint(frame, pos)
-        for _ in range(count):
-            _, pos = _read_uvarint(frame, pos)
-            size, pos = _read_uvarint(frame, pos)
-            pos += size
+        try:
+            count, pos = read_uvarint(frame, pos)
+            for _ in range(count):
+                _, pos = read_uvarint(frame, pos)
+                size, pos = read_uvarint(frame, pos)
+                pos += size
+        except VarintError as exc:
+            raise FrameError(f"request header tagged fields: {exc}") from None
         if pos > len(frame):
             raise FrameError("request header tagged fields run past the end of the frame")
     try:

@@ -9,23 +9,17 @@ import struct
 from collections.abc import Sequence
 
 from broker_runtime.protocol.framing import EncodedBody
+from broker_runtime.protocol.varint import write_uvarint
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _PARTITION = struct.Struct(">ihqq")  # index, error code, base offset, log append time
 _I64 = struct.Struct(">q")
 
-# (index, error_code, base_offset, log_append_time, log_start_offset, error_message)
-PartitionResult = tuple[int, int, int, int, int, str | None]
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+# (index, error_code, base_offset, log_append_time, log_start_offset, record_errors, error_message);
+# record_errors (KIP-467) are (batch index, message) of the records that made the batch fail.
+RecordError = tuple[int, str | None]
+PartitionResult = tuple[int, int, int, int, int, Sequence[RecordError], str | None]
 
 
 def encode_produce_response(
@@ -33,28 +27,46 @@ def encode_produce_response(
 ) -> EncodedBody:
     flexible = version >= 9
     out = bytearray()
-    out += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    _length(out, len(topics), flexible)
     for name, partitions in topics:
-        raw_name = name.encode()
-        out += _uvarint(len(raw_name) + 1) if flexible else _I16.pack(len(raw_name))
-        out += raw_name
-        out += _uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
-        for index, error_code, base_offset, append_time, log_start_offset, message in partitions:
+        _string(out, name, flexible)
+        _length(out, len(partitions), flexible)
+        for index, error_code, base_offset, append_time, log_start_offset, errors, message in partitions:
             out += _PARTITION.pack(index, error_code, base_offset, append_time)
             if version >= 5:
                 out += _I64.pack(log_start_offset)
             if version >= 8:
-                raw = None if message is None else message.encode()
+                _length(out, len(errors), flexible)
+                for batch_index, error in errors:
+                    out += _I32.pack(batch_index)
+                    _string(out, error, flexible)
+                    if flexible:
+                        out += b"\x00"  # tagged fields
+                _string(out, message, flexible)
                 if flexible:
-                    out += b"\x01"  # record_errors: empty compact array
-                    out += b"\x00" if raw is None else _uvarint(len(raw) + 1) + raw
-                    out += b"\x00"  # tagged fields
-                else:
-                    out += _I32.pack(0)
-                    out += _I16.pack(-1) if raw is None else _I16.pack(len(raw)) + raw
+                    out += b"\x00"
         if flexible:
             out += b"\x00"
     out += _I32.pack(0)  # throttle time
     if flexible:
         out += b"\x00"
     return EncodedBody(bytes(out), flexible)
+
+
+def _length(out: bytearray, n: int, flexible: bool) -> None:
+    if flexible:
+        write_uvarint(out, n + 1)
+    else:
+        out += _I32.pack(n)
+
+
+def _string(out: bytearray, value: str | None, flexible: bool) -> None:
+    if value is None:
+        out += b"\x00" if flexible else _I16.pack(-1)
+        return
+    raw = value.encode()
+    if flexible:
+        write_uvarint(out, len(raw) + 1)
+    else:
+        out += _I16.pack(len(raw))
+    out += raw

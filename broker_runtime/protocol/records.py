@@ -22,6 +22,8 @@ except ImportError:  # pragma: no cover - the broker refuses to start without it
 
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.protocol.varint import VarintError, read_varint, write_varint
+
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -234,34 +236,6 @@ class Record:
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
-def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    shift = 0
-    raw = 0
-    while True:
-        if pos >= len(buf):
-            raise InvalidRecords(ErrorCode.corrupt_message, "truncated varint")
-        byte = buf[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise InvalidRecords(ErrorCode.corrupt_message, "varint too long")
-    return (raw >> 1) ^ -(raw & 1), pos
-
-
-def _write_varint(out: bytearray, value: int) -> None:
-    raw = (value << 1) ^ (value >> 63)
-    while True:
-        if raw & ~0x7F:
-            out.append((raw & 0x7F) | 0x80)
-            raw >>= 7
-        else:
-            out.append(raw)
-            return
-
-
 def _decompress(codec: int, data: bytes) -> bytes:
     import cramjam
 
@@ -317,33 +291,40 @@ def decode_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> 
     """Decode every record of one batch (decompressing if needed)."""
     body = bytes(memoryview(buf)[header.position + HEADER_SIZE : header.position + header.size])
     data = memoryview(_decompress(header.codec, body))
+    try:
+        return _parse_records(data, header)
+    except VarintError as exc:
+        raise InvalidRecords(ErrorCode.corrupt_message, str(exc)) from None
+
+
+def _parse_records(data: memoryview, header: BatchHeader) -> list[Record]:
     records = []
     pos = 0
     for _ in range(header.record_count):
-        length, pos = _read_varint(data, pos)
+        length, pos = read_varint(data, pos)
         end = pos + length
         if length < 0 or end > len(data):
             raise InvalidRecords(ErrorCode.corrupt_message, "record length runs past the batch")
         pos += 1  # record attributes, unused
-        ts_delta, pos = _read_varint(data, pos)
-        off_delta, pos = _read_varint(data, pos)
-        key_len, pos = _read_varint(data, pos)
+        ts_delta, pos = read_varint(data, pos)
+        off_delta, pos = read_varint(data, pos)
+        key_len, pos = read_varint(data, pos)
         key = None
         if key_len >= 0:
             key = bytes(data[pos : pos + key_len])
             pos += key_len
-        value_len, pos = _read_varint(data, pos)
+        value_len, pos = read_varint(data, pos)
         value = None
         if value_len >= 0:
             value = bytes(data[pos : pos + value_len])
             pos += value_len
-        n_headers, pos = _read_varint(data, pos)
+        n_headers, pos = read_varint(data, pos)
         headers = []
         for _ in range(n_headers):
-            hk_len, pos = _read_varint(data, pos)
+            hk_len, pos = read_varint(data, pos)
             hk = bytes(data[pos : pos + hk_len]).decode("utf-8", "replace")
             pos += hk_len
-            hv_len, pos = _read_varint(data, pos)
+            hv_len, pos = read_varint(data, pos)
             hv = None
             if hv_len >= 0:
                 hv = bytes(data[pos : pos + hv_len])
@@ -395,25 +376,25 @@ def build_batch(
         key, value = rec[0], rec[1]
         headers = rec[2] if len(rec) > 2 else ()  # type: ignore[misc]
         r = bytearray(b"\x00")  # attributes
-        _write_varint(r, 0)  # timestamp delta
-        _write_varint(r, delta)
+        write_varint(r, 0)  # timestamp delta
+        write_varint(r, delta)
         for field in (key, value):
             if field is None:
-                _write_varint(r, -1)
+                write_varint(r, -1)
             else:
-                _write_varint(r, len(field))
+                write_varint(r, len(field))
                 r += field
-        _write_varint(r, len(headers))
+        write_varint(r, len(headers))
         for hk, hv in headers:
             hk_bytes = hk.encode()
-            _write_varint(r, len(hk_bytes))
+            write_varint(r, len(hk_bytes))
             r += hk_bytes
             if hv is None:
-                _write_varint(r, -1)
+                write_varint(r, -1)
             else:
-                _write_varint(r, len(hv))
+                write_varint(r, len(hv))
                 r += hv
-        _write_varint(body, len(r))
+        write_varint(body, len(r))
         body += r
     payload = _compress(codec, bytes(body))
     attributes = codec | (TRANSACTIONAL_FLAG if transactional else 0) | (CONTROL_FLAG if control else 0)

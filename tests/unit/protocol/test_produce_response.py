@@ -22,6 +22,7 @@ partition = st.tuples(
     st.integers(-1, 2**62),
     st.integers(-1, 2**40),
     st.integers(-1, 2**62),
+    st.lists(st.tuples(st.integers(0, 2**31 - 1), st.none() | st.text(max_size=30)), max_size=3),
     st.none() | st.text(max_size=30),
 )
 topics = st.lists(st.tuples(st.text(min_size=1, max_size=20), st.lists(partition, max_size=3)), max_size=3)
@@ -37,9 +38,14 @@ def _kio_bytes(version: int, data) -> bytes:
                 make(
                     types.PartitionProduceResponse, index=i, error_code=ErrorCode(e), base_offset=b,
                     log_append_time=None if t < 0 else _EPOCH + datetime.timedelta(milliseconds=t),
-                    log_start_offset=s, record_errors=(), error_message=m,
+                    log_start_offset=s,
+                    record_errors=tuple(
+                        make(types.BatchIndexAndErrorMessage, batch_index=bi, batch_index_error_message=bm)
+                        for bi, bm in (r if version >= 8 else ())
+                    ),
+                    error_message=m,
                 )
-                for i, e, b, t, s, m in parts
+                for i, e, b, t, s, r, m in parts
             ))
             for name, parts in data
         ),
