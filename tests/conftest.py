@@ -460,3 +460,42 @@ class _Helpers:
 @pytest.fixture(scope="session")
 def helpers() -> type[_Helpers]:
     return _Helpers
+
+
+# --------------------------------------------------------------------------------------------------------------
+# ZooKeeper (Debian's package, run by deploy/zookeeper.py): one server per test session; each test gets its own
+# chroot, so clusters of different tests never see each other.
+
+
+@pytest.fixture(scope="session")
+def zookeeper(broker_logs_dir: Path):
+    from deploy.zookeeper import ZooKeeperServer
+
+    server = ZooKeeperServer(broker_logs_dir / "zookeeper", free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zk_connect(zookeeper, request: pytest.FixtureRequest) -> str:
+    """`zookeeper.connect` for this test: the session's server with a chroot of the test's own."""
+    return zookeeper.connect_string("/" + make_topic_name(request.node.name))
+
+
+@pytest.fixture
+def zookeeper_factory(broker_logs_dir: Path):
+    """``zookeeper_factory() -> ZooKeeperServer`` (started): a server of the test's own, for tests that stop or
+    restart ZooKeeper."""
+    from deploy.zookeeper import ZooKeeperServer
+
+    made = []
+
+    def factory():
+        server = ZooKeeperServer(broker_logs_dir / f"zookeeper-{len(made)}-{uuid.uuid4().hex[:6]}", free_port())
+        made.append(server)
+        return server.start()
+
+    yield factory
+    for server in made:
+        server.stop()

@@ -17,6 +17,7 @@ from typing import Any
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
 from kio.serial import entity_reader, entity_writer
 
+from broker_runtime.protocol import inter_broker
 from broker_runtime.protocol.varint import VarintError, read_uvarint
 
 _SIZE = struct.Struct(">i")
@@ -88,6 +89,9 @@ class FrameDecoder:
 
 @cache
 def request_class(api_key: int, api_version: int) -> Any:
+    schema = inter_broker.SCHEMAS.get((api_key, api_version))  # the controller's requests, which kio lacks
+    if schema is not None:
+        return schema[0]
     return load_request_schema(api_key, api_version)
 
 
