@@ -29,9 +29,10 @@ debian-packages:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
+# Redis and the local cluster (if nothing answers on their ports), migrations, the admin user on the first run,
+# then the console on http://127.0.0.1:8000, a Celery worker and beat, until Ctrl-C.
 up: install
-	mkdir -p var/standalone
-	$(PY) -m broker_runtime --config deploy/standalone.properties
+	$(PY) manage.py up
 
 test: install
 	$(PY) -m pytest

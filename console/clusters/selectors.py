@@ -1,0 +1,118 @@
+"""Reads of cluster state for pages and the API: the overview and the brokers, computed from the admin
+client's answers (never stored)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from console.clusters.client import BrokerInfo, PartitionInfo, client_for
+from console.clusters.models import Cluster, ManagedBroker
+from console.errors import ConsoleError, NotFound
+
+
+@dataclass
+class BrokerRow:
+    id: int
+    host: str
+    port: int
+    rack: str | None
+    state: str  # online, offline (a managed broker that is not in the cluster's metadata)
+    is_controller: bool = False
+    leaders: int = 0
+    replicas: int = 0
+    disk_bytes: int | None = None
+    log_dirs: dict[str, dict] = field(default_factory=dict)
+    pid: int | None = None
+
+
+@dataclass
+class Overview:
+    cluster_id: str | None
+    controller_id: int | None
+    brokers: list[BrokerRow]
+    topics: int
+    internal_topics: int
+    partitions: int
+    replicas: int
+    in_sync_replicas: int
+    under_replicated: list[PartitionInfo]
+    under_min_isr: list[PartitionInfo]
+    offline: list[PartitionInfo]
+    disk_bytes: int | None
+    disk_error: str = ""
+
+
+def brokers(
+    cluster: Cluster, *, with_disk: bool = True
+) -> tuple[list[BrokerRow], str | None, int | None, str]:
+    """(broker rows, cluster id, controller id, disk error) for the cluster's live brokers, plus managed
+    brokers that are down."""
+    client = client_for(cluster)
+    cluster_id, controller_id, live = client.describe_cluster()
+    md = client.metadata()
+    rows = {b.id: _row(b, "online", controller_id) for b in live}
+    for p in md.partitions():
+        if p.leader in rows:
+            rows[p.leader].leaders += 1
+        for r in p.replicas:
+            if r in rows:
+                rows[r].replicas += 1
+    for managed in ManagedBroker.objects.filter(cluster=cluster):
+        row = rows.get(managed.broker_id)
+        if row is None:
+            row = rows[managed.broker_id] = BrokerRow(
+                managed.broker_id, managed.host, managed.port, None, "offline"
+            )
+        row.pid = managed.pid
+    disk_error = ""
+    if with_disk:
+        try:
+            per_broker, _ = client.log_dir_sizes()
+        except ConsoleError as exc:
+            disk_error = exc.message
+        else:
+            for broker_id, dirs in per_broker.items():
+                if broker_id in rows:
+                    rows[broker_id].log_dirs = dirs
+                    rows[broker_id].disk_bytes = sum(d["bytes"] for d in dirs.values())
+    return sorted(rows.values(), key=lambda r: r.id), cluster_id, controller_id, disk_error
+
+
+def _row(b: BrokerInfo, state: str, controller_id: int | None) -> BrokerRow:
+    return BrokerRow(b.id, b.host, b.port, b.rack, state, is_controller=b.id == controller_id)
+
+
+def broker(cluster: Cluster, broker_id: int) -> BrokerRow:
+    rows, *_ = brokers(cluster)
+    for row in rows:
+        if row.id == broker_id:
+            return row
+    raise NotFound(f"broker {broker_id} is not in cluster {cluster.name}")
+
+
+def overview(cluster: Cluster) -> Overview:
+    client = client_for(cluster)
+    rows, cluster_id, controller_id, disk_error = brokers(cluster)
+    md = client.metadata()
+    parts = list(md.partitions())
+    under = [p for p in parts if p.under_replicated and not p.offline]
+    # min.insync.replicas only matters where the ISR shrank: ask for those topics' configs only.
+    min_isr = {
+        topic: int(configs.get("min.insync.replicas") or 1)
+        for topic, configs in client.topic_configs_many(sorted({p.topic for p in under})).items()
+    }
+    return Overview(
+        cluster_id=cluster_id,
+        controller_id=controller_id,
+        brokers=rows,
+        topics=sum(1 for t in md.topics.values() if not t.internal),
+        internal_topics=sum(1 for t in md.topics.values() if t.internal),
+        partitions=len(parts),
+        replicas=sum(len(p.replicas) for p in parts),
+        in_sync_replicas=sum(len(p.isr) for p in parts),
+        under_replicated=under,
+        under_min_isr=[p for p in under if len(p.isr) < min_isr.get(p.topic, 1)],
+        offline=[p for p in parts if p.offline],
+        disk_bytes=None if disk_error else sum(r.disk_bytes or 0 for r in rows),
+        disk_error=disk_error,
+    )

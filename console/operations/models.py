@@ -1,0 +1,80 @@
+"""Operations: the persisted state of every long control-plane task (see `states.py` for the state table)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from console.operations.states import FINAL, VALID_PREVIOUS, IllegalTransition, State
+
+
+class Kind(models.TextChoices):
+    CREATE_TOPIC = "create_topic", "create topic"
+
+
+class Operation(models.Model):
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="operations")
+    state = models.CharField(
+        max_length=16, choices=[(s.value, s.value) for s in State], default=State.PROPOSED, db_index=True
+    )
+    #: What was asked for (kind-specific: a topic's name, partitions and configs; a reassignment plan).
+    params = models.JSONField(default=dict)
+    #: 0-100.
+    progress = models.PositiveSmallIntegerField(default=0)
+    #: Steps done so far, oldest first: [{"at": iso time, "step": name, "detail": text}]. A resumed task reads
+    #: them to skip what is done.
+    steps = models.JSONField(default=list)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="operations"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.get_kind_display()} ({self.state})"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL
+
+    @property
+    def target(self) -> str:
+        return str(self.params.get("name", ""))
+
+    def transition(self, new: State, **fields: Any) -> None:
+        """Move to `new` if the row is still in a state `new` may follow; else raise IllegalTransition.
+
+        A compare-and-set on the database row, so concurrent movers cannot both succeed."""
+        fields["state"] = new
+        fields["updated_at"] = timezone.now()
+        if new in FINAL:
+            fields["finished_at"] = fields["updated_at"]
+        moved = Operation.objects.filter(pk=self.pk, state__in=[s.value for s in VALID_PREVIOUS[new]]).update(
+            **fields
+        )
+        if not moved:
+            self.refresh_from_db(fields=["state"])
+            raise IllegalTransition(self.state, new)
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+    def record_step(self, step: str, detail: str = "", progress: int | None = None) -> None:
+        """Append a step (and optionally set progress) without touching the state."""
+        self.steps = [*self.steps, {"at": timezone.now().isoformat(), "step": step, "detail": detail}]
+        update: dict[str, Any] = {"steps": self.steps, "updated_at": timezone.now()}
+        if progress is not None:
+            self.progress = update["progress"] = max(0, min(100, progress))
+        Operation.objects.filter(pk=self.pk).update(**update)
+
+    def has_step(self, step: str) -> bool:
+        return any(s["step"] == step for s in self.steps)

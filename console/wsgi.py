@@ -1,0 +1,8 @@
+"""WSGI entry point for production servers (`deploy/console-web.sh` runs gunicorn on it)."""
+
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+application = get_wsgi_application()
