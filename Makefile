@@ -3,14 +3,15 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-DEBIAN_PACKAGES := zookeeper redis-server chromium
+# gcc, libc6-dev and python3-dev build the broker's one C extension (broker_runtime/protocol/_recordscan.c).
+DEBIAN_PACKAGES := gcc libc6-dev python3-dev zookeeper redis-server chromium
 JS_DIR := tests/integration/js
 
 .PHONY: install up test bench lint format clean
 
-install: $(VENV)/.installed $(JS_DIR)/node_modules/.installed debian-packages
+install: debian-packages $(VENV)/.installed $(JS_DIR)/node_modules/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py broker_runtime/protocol/_recordscan.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

@@ -33,8 +33,8 @@ from broker_runtime.errors import KafkaError
 from broker_runtime.group.api import Reply, TopicPartition
 from broker_runtime.group.coordinator import Append, GroupCoordinatorConfig, GroupCoordinatorShard
 from broker_runtime.group.records import OFFSETS_TOPIC, partition_for
+from broker_runtime.protocol.compression import CODEC_NONE
 from broker_runtime.protocol.records import (
-    CODEC_NONE,
     CONTROL_COMMIT,
     HEADER_SIZE,
     InvalidRecords,

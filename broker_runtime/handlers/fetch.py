@@ -14,8 +14,8 @@ from kio.schema.errors import ErrorCode
 
 from broker_runtime.errors import KafkaError
 from broker_runtime.handlers.context import RequestContext
+from broker_runtime.protocol.compression import CODEC_ZSTD
 from broker_runtime.protocol.messages import make
-from broker_runtime.protocol.records import CODEC_ZSTD
 
 _ZERO = datetime.timedelta(0)
 READ_COMMITTED = 1

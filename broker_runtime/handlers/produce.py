@@ -1,18 +1,32 @@
-"""Produce: validate each partition's batch from its header, append it as leader, answer per partition."""
+"""Produce: validate each partition's batch, append it as leader, answer per partition.
+
+An uncompressed batch bound for a topic that keeps the producer's codec is validated and appended at once,
+without awaiting. A batch that must be decompressed (to count its records, or to recompress it for the
+topic) is validated on a worker thread; appends to one partition still happen in arrival order, because each
+partition keeps the task of its latest deferred append and every later append waits for that task first.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from functools import partial
 
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.config import LONG_MAX
 from broker_runtime.errors import CloseConnection, KafkaError
 from broker_runtime.handlers.context import RequestContext
+from broker_runtime.protocol.compression import CODEC_NONE, CODEC_ZSTD
 from broker_runtime.protocol.produce_response import PartitionResult, encode_produce_response
 from broker_runtime.protocol.records import (
-    CODEC_ZSTD,
+    INT64_MAX,
+    INT64_MIN,
+    NO_RULES,
+    BatchHeader,
     InvalidRecords,
-    decode_records,
+    RecordRules,
+    check_records,
     read_header,
     recompress,
     validate_produce_batch,
@@ -25,8 +39,8 @@ async def handle_produce(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     acks = request.acks
     timeout_ms = int(request.timeout.total_seconds() * 1000)
-    # (topic, index, AppendResult | KafkaError, coroutine waiting for replication | None)
-    pending: list[tuple[str, int, object, object]] = []
+    # (topic, index, (Partition, AppendResult) | task appending | KafkaError | InvalidRecords)
+    pending: list[tuple[str, int, object]] = []
     for topic_data in request.topic_data:
         name = topic_data.name
         for part in topic_data.partition_data:
@@ -38,26 +52,23 @@ async def handle_produce(ctx: RequestContext, request) -> object:
                         ErrorCode.transactional_id_authorization_failed,
                         "transactions are not supported by this broker yet",
                     )
-                batch, header = _validated_batch(ctx, name, part.index, part.records)
-                partition, result = broker.replica_manager.append_local(
-                    name, part.index, batch, header, acks=acks
-                )
-                wait = None
-                if acks == -1:
-                    wait = broker.replica_manager.wait_for_replication(partition, result, timeout_ms)
-                pending.append((name, part.index, result, wait))
-            except InvalidRecords as exc:
-                pending.append((name, part.index, KafkaError(exc.error_code, exc.message), None))
-            except KafkaError as exc:
-                pending.append((name, part.index, exc, None))
+                pending.append((name, part.index, _append(ctx, name, part.index, part.records, acks)))
+            except (InvalidRecords, KafkaError) as exc:
+                pending.append((name, part.index, exc))
 
     results = {}
-    for name, index, outcome, wait in pending:
-        if wait is not None:
-            try:
-                await wait
-            except KafkaError as exc:
-                outcome = exc
+    for name, index, outcome in pending:
+        try:
+            if isinstance(outcome, asyncio.Task):
+                # Shielded: an append under way completes even if the client goes away, or a later append to
+                # the partition, waiting for this one, could overtake an earlier one still validating.
+                outcome = await asyncio.shield(outcome)
+            if isinstance(outcome, tuple):
+                partition, outcome = outcome
+                if acks == -1:
+                    await broker.replica_manager.wait_for_replication(partition, outcome, timeout_ms)
+        except (InvalidRecords, KafkaError) as exc:
+            outcome = exc
         results.setdefault(name, []).append((index, outcome))
 
     if acks == 0:
@@ -65,7 +76,7 @@ async def handle_produce(ctx: RequestContext, request) -> object:
             (name, index, o)
             for name, parts in results.items()
             for index, o in parts
-            if isinstance(o, KafkaError)
+            if isinstance(o, InvalidRecords | KafkaError)
         ]
         if failed:
             name, index, error = failed[0]
@@ -82,8 +93,8 @@ async def handle_produce(ctx: RequestContext, request) -> object:
     )
 
 
-def _validated_batch(ctx: RequestContext, name: str, index: int, records: bytes | None):
-    """The partition's batch, validated against the topic's configs (and recompressed if the topic says so)."""
+def _append(ctx: RequestContext, name: str, index: int, records: bytes | None, acks: int):
+    """Validate and append one partition's batch: (Partition, AppendResult) at once, or the task that will."""
     broker = ctx.broker
     topic = broker.metadata.topics().get(name)
     if topic is None or index not in topic.partitions:
@@ -101,38 +112,76 @@ def _validated_batch(ctx: RequestContext, name: str, index: int, records: bytes 
     if header.codec == CODEC_ZSTD and ctx.api_version < 7:
         raise KafkaError(ErrorCode.unsupported_compression_type, "zstd needs Produce v7 or later")
     policy = broker.produce_policy(name)
-    if not policy.log_append_time:
-        _check_timestamps(header, policy, broker.clock.time_ms())
-    if policy.compacted and any(r.key is None for r in decode_records(batch, header)):
-        raise KafkaError(
-            ErrorCode.invalid_record, f"compacted topic {name} cannot accept a record without a key"
+    rules = _record_rules(policy, broker.clock.time_ms())
+    target_codec = header.codec if policy.codec is None else policy.codec
+    previous = partition.append_tail
+    if header.codec == CODEC_NONE and target_codec == CODEC_NONE:
+        check_records(batch, header, rules)
+        if previous is None or previous.done():
+            return broker.replica_manager.append_local(name, index, batch, header, acks=acks)
+        validation = None
+    else:
+        limit = broker.config["socket.request.max.bytes"]
+        work = partial(_check_and_recompress, batch, header, rules, target_codec, max_bytes, limit)
+        validation = asyncio.get_running_loop().run_in_executor(broker.record_workers, work)
+    task = asyncio.get_running_loop().create_task(
+        _append_after(ctx, name, index, batch, header, acks, previous, validation)
+    )
+    task.add_done_callback(_retrieve_exception)
+    partition.append_tail = task
+    return task
+
+
+def _retrieve_exception(task: asyncio.Task) -> None:
+    """The handler that awaits the task may have been cancelled; its outcome is not an error of its own."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def _append_after(
+    ctx: RequestContext, name, index, batch, header, acks, previous: asyncio.Task | None, validation
+):
+    if validation is not None:
+        batch, header = await validation
+    if previous is not None and not previous.done():
+        await asyncio.wait((previous,))
+    return ctx.broker.replica_manager.append_local(name, index, batch, header, acks=acks)
+
+
+def _check_and_recompress(
+    batch: bytearray, header: BatchHeader, rules: RecordRules, codec: int, max_bytes: int, limit: int
+) -> tuple[bytearray, BatchHeader]:
+    """On a worker thread: decompress and walk the records; recompress if the topic wants another codec."""
+    check_records(batch, header, rules, limit)
+    if codec == header.codec:
+        return batch, header
+    batch = recompress(batch, header, codec, limit)
+    header = read_header(batch)
+    if header.size > max_bytes:
+        raise InvalidRecords(
+            ErrorCode.message_too_large,
+            f"batch of {header.size} bytes after recompression exceeds max.message.bytes {max_bytes}",
         )
-    if policy.codec is not None and policy.codec != header.codec:
-        batch = recompress(batch, header, policy.codec)
-        header = read_header(batch)
-        if header.size > max_bytes:
-            raise KafkaError(
-                ErrorCode.message_too_large,
-                f"batch of {header.size} bytes after recompression exceeds max.message.bytes {max_bytes}",
-            )
     return batch, header
 
 
-def _check_timestamps(header, policy, now_ms: int) -> None:
-    """CreateTime bounds (message.timestamp.before/after.max.ms), checked on the batch's first and max
-    timestamps rather than on every record."""
-    earliest = min(header.base_timestamp, header.max_timestamp)
-    if (
-        now_ms - earliest > policy.timestamp_before_max_ms
-        or header.max_timestamp - now_ms > policy.timestamp_after_max_ms
-    ):
-        raise KafkaError(
-            ErrorCode.invalid_timestamp,
-            f"timestamps {earliest}..{header.max_timestamp} are outside the allowed range around broker time {now_ms}",
-        )
+def _record_rules(policy, now_ms: int) -> RecordRules:
+    """Keys on compacted topics; CreateTime timestamps within [now - before.max.ms, now + after.max.ms]."""
+    before, after = policy.timestamp_before_max_ms, policy.timestamp_after_max_ms
+    if policy.log_append_time:
+        before = after = LONG_MAX
+    if not policy.compacted and before == LONG_MAX and after == LONG_MAX:
+        return NO_RULES
+    return RecordRules(
+        keys_required=policy.compacted,
+        min_timestamp=INT64_MIN if before == LONG_MAX else max(INT64_MIN, now_ms - before),
+        max_timestamp=INT64_MAX if after == LONG_MAX else min(INT64_MAX, now_ms + after),
+    )
 
 
 def _partition_result(index: int, outcome) -> PartitionResult:
+    if isinstance(outcome, InvalidRecords):
+        return index, outcome.error_code, -1, -1, -1, outcome.record_errors, outcome.message
     if isinstance(outcome, KafkaError):
         return index, outcome.error_code, -1, -1, -1, (), outcome.message
     return index, 0, outcome.base_offset, outcome.log_append_time, outcome.log_start_offset, (), None

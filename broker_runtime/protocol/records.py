@@ -1,11 +1,16 @@
-"""Record batch v2 views: the 61-byte header, validation, stamping, and (off the hot path) record codecs.
+"""Record batch v2 views: the 61-byte header, validation, stamping, and record codecs.
 
-Theory of operation. The produce and fetch paths never look at individual records: a batch is validated from
-its header alone (size, magic, CRC32C over bytes 21.., offset-delta/count consistency) and stored as the
-producer sent it, bar the base offset and partition leader epoch which the broker stamps in place (neither is
-covered by the CRC). Record-level decoding (`decode_records`) exists for the few places that need it: offset
-lookups by timestamp inside one batch, the group and transaction coordinators reading their own topics, and
-tests. Everything here is pure: bytes in, values or bytes out.
+Theory of operation. A produced batch is validated as Kafka's LogValidator does, without decoding records
+into Python objects: the header (size, magic, CRC32C over bytes 21.., offset-delta/count consistency), then
+`check_records`, which walks the records (decompressing a compressed batch in bounded chunks) and checks that
+exactly the declared number of well-formed records fill the batch, and which records break the topic's rules
+(keys on compacted topics, timestamp bounds). The walk is compiled (`_recordscan.c`: a few ns a record, so
+uncompressed batches are checked on the produce path itself); `_scan_records_python` is the same walk in
+Python, used when the extension is not built. The batch is then stored as the producer sent it, bar the base
+offset and partition leader epoch which the broker stamps in place (neither is covered by the CRC).
+Record-level decoding (`decode_records`) exists for the few places that need it: offset lookups by timestamp
+inside one batch, the group and transaction coordinators reading their own topics, and tests. Everything
+here is pure: bytes in, values or bytes out.
 """
 
 from __future__ import annotations
@@ -22,7 +27,22 @@ except ImportError:  # pragma: no cover - the broker refuses to start without it
 
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.protocol.compression import (
+    CODEC_NAMES,
+    CODEC_NONE,
+    CODEC_ZSTD,
+    CorruptPayload,
+    DecompressedTooLarge,
+    compress,
+    decompress,
+    decompressed_chunks,
+)
 from broker_runtime.protocol.varint import VarintError, read_varint, write_varint
+
+try:
+    from broker_runtime.protocol._recordscan import scan as _scan_records_compiled
+except ImportError:  # pragma: no cover - `pip install -e .` builds it; the broker warns at start without it
+    _scan_records_compiled = None
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
@@ -42,15 +62,6 @@ TRANSACTIONAL_FLAG = 0x10
 CONTROL_FLAG = 0x20
 DELETE_HORIZON_FLAG = 0x40
 
-CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = range(5)
-CODEC_NAMES = {
-    CODEC_NONE: "none",
-    CODEC_GZIP: "gzip",
-    CODEC_SNAPPY: "snappy",
-    CODEC_LZ4: "lz4",
-    CODEC_ZSTD: "zstd",
-}
-
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
@@ -66,13 +77,21 @@ def require_native_crc32c() -> None:
         raise RuntimeError("the C extension 'crc32c' is required (pip install crc32c); refusing to start")
 
 
-class InvalidRecords(Exception):
-    """A batch failed validation; carries the Kafka error code to answer with."""
+def record_scan_is_compiled() -> bool:
+    return scan_records is _scan_records_compiled
 
-    def __init__(self, error_code: ErrorCode, message: str) -> None:
+
+class InvalidRecords(Exception):
+    """A batch failed validation; carries the Kafka error code to answer with and, when particular records
+    are to blame (KIP-467), their batch indexes with a message each."""
+
+    def __init__(
+        self, error_code: ErrorCode, message: str, record_errors: tuple[tuple[int, str], ...] = ()
+    ) -> None:
         super().__init__(message)
         self.error_code = error_code
         self.message = message
+        self.record_errors = record_errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +184,8 @@ def check_crc(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
 def validate_produce_batch(buf: bytes | bytearray, max_message_bytes: int) -> BatchHeader:
     """Validate the records of one partition in a Produce request: exactly one magic-2 batch.
 
-    Raises InvalidRecords with Kafka's error code. Only the header is read; records are trusted to match it
-    (a documented deviation from Kafka, which also walks every record).
+    Raises InvalidRecords with Kafka's error code. Only the header is read here; `check_records` walks the
+    records.
     """
     size = len(buf)
     if size < HEADER_SIZE:
@@ -210,6 +229,229 @@ def validate_produce_batch(buf: bytes | bytearray, max_message_bytes: int) -> Ba
     return header
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+DEFAULT_DECOMPRESSED_LIMIT = 104857600  # socket.request.max.bytes' default
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRules:
+    """What a topic asks of every record, beyond the batch's own consistency (Kafka's LogValidator)."""
+
+    keys_required: bool = False  # compacted topics
+    min_timestamp: int = INT64_MIN  # CreateTime bounds: message.timestamp.before.max.ms and after.max.ms
+    max_timestamp: int = INT64_MAX
+
+
+NO_RULES = RecordRules()
+
+
+def check_records(
+    buf: bytes | bytearray | memoryview,
+    header: BatchHeader,
+    rules: RecordRules = NO_RULES,
+    decompressed_limit: int = DEFAULT_DECOMPRESSED_LIMIT,
+) -> None:
+    """Walk the records of a produced batch: exactly `record_count` well-formed records must fill it, and no
+    record may break the topic's rules.
+
+    A compressed batch is decompressed in bounded chunks (never more than `decompressed_limit` bytes in all,
+    never held whole) and walked chunk by chunk; an uncompressed one is walked in place. Raises InvalidRecords:
+    INVALID_RECORD when the records do not match the header, CORRUPT_MESSAGE when the payload does not
+    decompress, MESSAGE_TOO_LARGE past the limit, and INVALID_RECORD or INVALID_TIMESTAMP with the offending
+    records' indexes when records break the rules (KIP-467).
+    """
+    start = header.position + HEADER_SIZE
+    end = header.position + header.size
+    walk = _RecordWalk(header, rules, decompressed_limit)
+    if header.codec == CODEC_NONE:
+        walk.scan(buf, start, end)
+        walk.finish(end - walk.position)
+        return
+    body = bytes(memoryview(buf)[start:end])
+    try:
+        for chunk in decompressed_chunks(header.codec, body, decompressed_limit):
+            walk.feed(chunk)
+    except CorruptPayload as exc:
+        raise InvalidRecords(ErrorCode.corrupt_message, str(exc)) from None
+    except DecompressedTooLarge as exc:
+        raise InvalidRecords(ErrorCode.message_too_large, str(exc)) from None
+    walk.finish(len(walk.pending))
+
+
+class _RecordWalk:
+    """The state of one batch's walk: records seen so far, rule breakers, and (when fed decompressed chunks)
+    the bytes of a record cut by a chunk boundary."""
+
+    __slots__ = (
+        "decompressed", "header", "keyless", "limit", "need", "pending", "position", "records", "rules", "untimely",
+    )  # fmt: skip
+
+    def __init__(self, header: BatchHeader, rules: RecordRules, limit: int) -> None:
+        self.header = header
+        self.rules = rules
+        self.limit = limit
+        self.decompressed = 0
+        self.records = 0
+        self.position = 0
+        self.need = 0
+        self.pending = bytearray()
+        self.keyless: list[int] = []
+        self.untimely: list[int] = []
+
+    def scan(self, data: bytes | bytearray | memoryview, start: int, end: int) -> None:
+        header, rules = self.header, self.rules
+        try:
+            records, self.position, self.need, keyless, untimely = scan_records(
+                data, start, end, header.record_count - self.records, self.records, rules.keys_required,
+                header.base_timestamp, rules.min_timestamp, rules.max_timestamp,
+            )  # fmt: skip
+        except ValueError as exc:
+            raise InvalidRecords(ErrorCode.invalid_record, f"malformed batch: {exc}") from None
+        self.records += records
+        self.keyless += keyless
+        self.untimely += untimely
+
+    def feed(self, chunk: bytes) -> None:
+        pending = self.pending
+        if self.records == self.header.record_count and chunk:
+            self.finish(len(pending) + len(chunk))  # raises: stop decompressing what nothing accounts for
+        pending += chunk
+        self.decompressed += len(chunk)
+        if len(pending) < self.need:
+            return
+        self.scan(pending, 0, len(pending))
+        del pending[: self.position]
+        if self.decompressed - len(pending) + self.need > self.limit:
+            # A record longer than the limit allows: refused now rather than buffered up to the limit.
+            raise DecompressedTooLarge(
+                f"{CODEC_NAMES[self.header.codec]} payload decompresses to more than {self.limit} bytes"
+            )
+
+    def finish(self, leftover: int) -> None:
+        declared, found = self.header.record_count, self.records
+        if found < declared:
+            where = f"record {found} runs past the end of the batch" if self.need else f"it carries {found}"
+            raise InvalidRecords(ErrorCode.invalid_record, f"batch declares {declared} records but {where}")
+        if leftover:
+            raise InvalidRecords(
+                ErrorCode.invalid_record,
+                f"batch declares {declared} records but {leftover} more bytes follow them",
+            )
+        if self.keyless or self.untimely:
+            raise self._rule_errors()
+
+    def _rule_errors(self) -> InvalidRecords:
+        rules, count = self.rules, self.header.record_count
+        # Kafka checks a record's key before its timestamp, and names one error per record.
+        errors = dict.fromkeys(
+            self.untimely, f"timestamp outside [{rules.min_timestamp}, {rules.max_timestamp}]"
+        )
+        errors.update(dict.fromkeys(self.keyless, "a compacted topic accepts only records with a key"))
+        record_errors = tuple(sorted(errors.items()))
+        if self.untimely:
+            return InvalidRecords(
+                ErrorCode.invalid_timestamp,
+                f"{len(self.untimely)} of {count} records have a timestamp outside the range the topic "
+                f"accepts, [{rules.min_timestamp}, {rules.max_timestamp}]",
+                record_errors,
+            )
+        return InvalidRecords(
+            ErrorCode.invalid_record,
+            f"{len(self.keyless)} of {count} records have no key, which a compacted topic requires",
+            record_errors,
+        )
+
+
+class _FieldError(ValueError):
+    pass
+
+
+def _field(view: memoryview, pos: int, end: int, max_bytes: int, what: str) -> tuple[int, int]:
+    """A varint field of at most `max_bytes` bytes that must end before `end` (the C walk's read_varint)."""
+    try:
+        return read_varint(view[: min(end, pos + max_bytes)], pos)
+    except VarintError:
+        if end - pos >= max_bytes:
+            raise _FieldError(f"{what} is a varint longer than allowed") from None
+        raise _FieldError(f"{what} runs past the end of the record") from None
+
+
+def _scan_records_python(
+    data: bytes | bytearray | memoryview,
+    pos: int,
+    end: int,
+    max_records: int,
+    first_index: int,
+    keys_required: bool,
+    base_timestamp: int,
+    min_timestamp: int,
+    max_timestamp: int,
+) -> tuple[int, int, int, list[int], list[int]]:
+    """The walk of `_recordscan.c` (see there for the contract), for when the extension is not built."""
+    view = memoryview(data)
+    keyless: list[int] = []
+    untimely: list[int] = []
+    records = 0
+    while records < max_records and pos < end:
+        index = first_index + records
+        try:
+            length, p = _field(view, pos, end, 5, "record length")
+        except _FieldError as exc:
+            if "runs past" in str(exc):
+                return records, pos, end - pos + 1, keyless, untimely
+            raise ValueError(f"record {index}: record length is a varint longer than 5 bytes") from None
+        if not 0 <= length <= 0x7FFFFFFF:
+            raise ValueError(f"record {index}: record length is negative or too large")
+        if length > end - p:
+            return records, pos, p - pos + length, keyless, untimely
+        record_end = p + length
+        try:
+            if p >= record_end:
+                raise _FieldError("record has no attributes byte")
+            timestamp_delta, p = _field(view, p + 1, record_end, 10, "timestamp delta")
+            _, p = _field(view, p, record_end, 5, "offset delta")
+            size, p = _field(view, p, record_end, 5, "key length")
+            if size >= 0:
+                if size > record_end - p:
+                    raise _FieldError("key runs past the end of the record")
+                p += size
+            elif keys_required:
+                keyless.append(index)
+            size, p = _field(view, p, record_end, 5, "value length")
+            if size >= 0:
+                if size > record_end - p:
+                    raise _FieldError("value runs past the end of the record")
+                p += size
+            count, p = _field(view, p, record_end, 5, "header count")
+            if count < 0:
+                raise _FieldError("header count is negative")
+            for _ in range(count):
+                size, p = _field(view, p, record_end, 5, "header key length")
+                if size < 0:
+                    raise _FieldError("header key length is negative")
+                if size > record_end - p:
+                    raise _FieldError("header key runs past the end of the record")
+                p += size
+                size, p = _field(view, p, record_end, 5, "header value length")
+                if size >= 0:
+                    if size > record_end - p:
+                        raise _FieldError("header value runs past the end of the record")
+                    p += size
+            if p != record_end:
+                raise _FieldError("record fields do not add up to its length")
+        except _FieldError as exc:
+            raise ValueError(f"record {index}: {exc}") from None
+        timestamp = (base_timestamp + timestamp_delta + 2**63) % 2**64 - 2**63  # int64 wrap-around, as Java
+        if timestamp != -1 and not min_timestamp <= timestamp <= max_timestamp:
+            untimely.append(index)
+        pos = record_end
+        records += 1
+    return records, pos, 0, keyless, untimely
+
+
+scan_records = _scan_records_compiled or _scan_records_python
+
+
 def stamp(buf: bytearray | memoryview, position: int, base_offset: int, leader_epoch: int) -> None:
     """Write the broker-assigned base offset and partition leader epoch; neither is covered by the CRC."""
     _BASE_OFFSET.pack_into(buf, position, base_offset)
@@ -236,61 +478,13 @@ class Record:
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
-def _decompress(codec: int, data: bytes) -> bytes:
-    import cramjam
-
-    if codec == CODEC_NONE:
-        return data
-    if codec == CODEC_GZIP:
-        return bytes(cramjam.gzip.decompress(data))
-    if codec == CODEC_SNAPPY:
-        return _snappy_decompress(data)
-    if codec == CODEC_LZ4:
-        return bytes(cramjam.lz4.decompress(data))
-    if codec == CODEC_ZSTD:
-        return bytes(cramjam.zstd.decompress(data))
-    raise InvalidRecords(ErrorCode.corrupt_message, f"unknown compression codec {codec}")
-
-
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-
-
-def _snappy_decompress(data: bytes) -> bytes:
-    """Java clients frame snappy the xerial way (magic, then length-prefixed blocks); librdkafka sends raw."""
-    import cramjam
-
-    if not data.startswith(_XERIAL_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
-    out = bytearray()
-    pos = 16  # magic (8) + version (4) + compatible version (4)
-    while pos + 4 <= len(data):
-        (n,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        out += bytes(cramjam.snappy.decompress_raw(data[pos : pos + n]))
-        pos += n
-    return bytes(out)
-
-
-def _compress(codec: int, data: bytes) -> bytes:
-    import cramjam
-
-    if codec == CODEC_NONE:
-        return data
-    if codec == CODEC_GZIP:
-        return bytes(cramjam.gzip.compress(data))
-    if codec == CODEC_SNAPPY:
-        return bytes(cramjam.snappy.compress_raw(data))
-    if codec == CODEC_LZ4:
-        return bytes(cramjam.lz4.compress(data))
-    if codec == CODEC_ZSTD:
-        return bytes(cramjam.zstd.compress(data))
-    raise ValueError(f"unknown codec {codec}")
-
-
-def decode_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> list[Record]:
+def decode_records(
+    buf: bytes | bytearray | memoryview,
+    header: BatchHeader,
+    decompressed_limit: int = DEFAULT_DECOMPRESSED_LIMIT,
+) -> list[Record]:
     """Decode every record of one batch (decompressing if needed)."""
-    body = bytes(memoryview(buf)[header.position + HEADER_SIZE : header.position + header.size])
-    data = memoryview(_decompress(header.codec, body))
+    data = memoryview(_decompressed_body(buf, header, decompressed_limit))
     try:
         return _parse_records(data, header)
     except VarintError as exc:
@@ -337,15 +531,29 @@ def _parse_records(data: memoryview, header: BatchHeader) -> list[Record]:
     return records
 
 
-def recompress(buf: bytes | bytearray, header: BatchHeader, codec: int) -> bytearray:
+def _decompressed_body(buf: bytes | bytearray | memoryview, header: BatchHeader, limit: int) -> bytes:
+    body = bytes(memoryview(buf)[header.position + HEADER_SIZE : header.position + header.size])
+    try:
+        return decompress(header.codec, body, limit)
+    except CorruptPayload as exc:
+        raise InvalidRecords(ErrorCode.corrupt_message, str(exc)) from None
+    except DecompressedTooLarge as exc:
+        raise InvalidRecords(ErrorCode.message_too_large, str(exc)) from None
+
+
+def recompress(
+    buf: bytes | bytearray,
+    header: BatchHeader,
+    codec: int,
+    decompressed_limit: int = DEFAULT_DECOMPRESSED_LIMIT,
+) -> bytearray:
     """Re-encode one batch with another codec (a topic's compression.type differs from the producer's).
 
     Records are encoded the same whatever the codec, so only the body is decompressed and compressed again;
     the header keeps every field but the codec bits, the length and the CRC. Off the hot path by definition:
     it runs only for topics that ask for it.
     """
-    body = bytes(memoryview(buf)[header.position + HEADER_SIZE : header.position + header.size])
-    payload = _compress(codec, _decompress(header.codec, body))
+    payload = compress(codec, _decompressed_body(buf, header, decompressed_limit))
     out = bytearray(memoryview(buf)[header.position : header.position + HEADER_SIZE]) + payload
     _OFFSET_LENGTH.pack_into(out, 0, header.base_offset, len(out) - LOG_OVERHEAD)
     struct.pack_into(">h", out, 21, (header.attributes & ~CODEC_MASK) | codec)
@@ -396,7 +604,7 @@ def build_batch(
                 r += hv
         write_varint(body, len(r))
         body += r
-    payload = _compress(codec, bytes(body))
+    payload = compress(codec, bytes(body))
     attributes = codec | (TRANSACTIONAL_FLAG if transactional else 0) | (CONTROL_FLAG if control else 0)
     out = bytearray(HEADER_SIZE) + payload
     HEADER.pack_into(

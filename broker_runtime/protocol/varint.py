@@ -10,6 +10,7 @@ from __future__ import annotations
 
 _UVARINT_MAX_SHIFT = 28  # 5 bytes: an unsigned 32-bit value
 _VARINT_MAX_SHIFT = 63  # 10 bytes: a zigzag 64-bit value
+_MASK64 = 2**64 - 1
 
 
 class VarintError(ValueError):
@@ -47,6 +48,7 @@ def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int
         byte = buf[pos]
         raw |= (byte & 0x7F) << shift
         if byte < 0x80:
+            raw &= _MASK64  # as Java's readVarlong: bits of a 10th byte past the 64th are dropped
             return (raw >> 1) ^ -(raw & 1), pos + 1
         shift += 7
         if shift > _VARINT_MAX_SHIFT:

@@ -24,6 +24,9 @@ class Partition:
     isr: list[int]
     broker_id: int
     high_watermark: int = 0
+    # The latest append still waiting for its batch to be validated off the event loop; later appends to this
+    # partition wait for it, so that batches are appended in arrival order (handlers/produce.py).
+    append_tail: asyncio.Task | None = None
     _waiters: set[asyncio.Future] = field(default_factory=set)
 
     @property

@@ -85,6 +85,14 @@ class ReplicaManager:
         partition.maybe_advance_high_watermark()
         return partition, result
 
+    async def finish_appends(self) -> None:
+        """Wait for the appends whose batches are still being validated off the event loop (at shutdown)."""
+        tails = [
+            p.append_tail for p in self._partitions.values() if p.append_tail and not p.append_tail.done()
+        ]
+        if tails:
+            await asyncio.wait(tails)
+
     async def wait_for_replication(self, partition: Partition, result: AppendResult, timeout_ms: int) -> None:
         """acks=-1: return once the high watermark covers the appended batch."""
         if partition.high_watermark <= result.last_offset:

@@ -489,6 +489,44 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     return (result >> 1) ^ -(result & 1), pos
 
 
+CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def compress_records(codec: str, data: bytes) -> bytes:
+    """Compress record bytes the way clients do, with the clients' own codec libraries (not the broker's)."""
+    import gzip
+
+    import lz4.frame
+    import snappy
+    import zstandard
+
+    return {
+        "gzip": gzip.compress,
+        "snappy": snappy.compress,  # one raw block, as librdkafka sends
+        "lz4": lz4.frame.compress,
+        "zstd": zstandard.ZstdCompressor().compress,
+    }[codec](data)
+
+
+def encode_record(index: int, r: Rec, base_ts: int) -> bytes:
+    """One v2 record, length-prefixed."""
+    rec = bytearray()
+    rec += b"\x00"  # attributes
+    rec += _varint((r.timestamp if r.timestamp is not None else base_ts) - base_ts)
+    rec += _varint(index)
+    for part in (r.key, r.value):
+        if part is None:
+            rec += _varint(-1)
+        else:
+            rec += _varint(len(part)) + part
+    rec += _varint(len(r.headers))
+    for hk, hv in r.headers:
+        kb = hk.encode()
+        rec += _varint(len(kb)) + kb
+        rec += _varint(-1) if hv is None else _varint(len(hv)) + hv
+    return _varint(len(rec)) + bytes(rec)
+
+
 def build_batch(
     recs: list[Rec],
     *,
@@ -497,40 +535,37 @@ def build_batch(
     base_sequence: int = -1,
     base_offset: int = 0,
     attributes: int = 0,
+    compression: str | None = None,
+    record_count: int | None = None,
+    payload: bytes | None = None,
 ) -> bytes:
-    """An uncompressed magic-2 record batch, written from the Kafka spec (not from broker code)."""
+    """A magic-2 record batch, written from the Kafka spec (not from broker code).
+
+    ``compression`` (gzip, snappy, lz4, zstd) compresses the records; ``record_count`` declares another number
+    of records than the batch carries (last offset delta to match); ``payload`` replaces the encoded, compressed
+    records with the given bytes. The CRC is always right: these are batches whose header lies."""
     import crc32c
 
     now = int(time.time() * 1000)
-    stamps = [r.timestamp if r.timestamp is not None else now for r in recs]
+    stamps = [r.timestamp if r.timestamp is not None else now for r in recs] or [now]
     base_ts = stamps[0]
-    body = bytearray()
-    for i, r in enumerate(recs):
-        rec = bytearray()
-        rec += b"\x00"  # attributes
-        rec += _varint(stamps[i] - base_ts)
-        rec += _varint(i)
-        for part in (r.key, r.value):
-            if part is None:
-                rec += _varint(-1)
-            else:
-                rec += _varint(len(part)) + part
-        rec += _varint(len(r.headers))
-        for hk, hv in r.headers:
-            kb = hk.encode()
-            rec += _varint(len(kb)) + kb
-            rec += _varint(-1) if hv is None else _varint(len(hv)) + hv
-        body += _varint(len(rec)) + rec
+    body = b"".join(encode_record(i, r, base_ts) for i, r in enumerate(recs))
+    if compression is not None:
+        attributes |= CODECS[compression]
+        body = compress_records(compression, body)
+    if payload is not None:
+        body = payload
+    count = len(recs) if record_count is None else record_count
     after_crc = struct.pack(
         ">hiqqqhii",
         attributes,
-        len(recs) - 1,
+        count - 1,
         base_ts,
         max(stamps),
         producer_id,
         producer_epoch,
         base_sequence,
-        len(recs),
+        count,
     ) + bytes(body)
     crc = crc32c.crc32c(after_crc)
     # batchLength counts from partitionLeaderEpoch to the end
@@ -707,6 +742,8 @@ class Raw:
 
     RawClient = RawClient
     build_batch = staticmethod(build_batch)
+    encode_record = staticmethod(encode_record)
+    varint = staticmethod(_varint)
     parse_batches = staticmethod(parse_batches)
     pick_version = staticmethod(pick_version)
 

@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker_runtime.group.runtime import iter_key_values
-from broker_runtime.protocol.records import CODEC_GZIP, CODEC_NONE, build_batch, decode_records, read_header
+from broker_runtime.protocol.compression import CODEC_GZIP, CODEC_NONE
+from broker_runtime.protocol.records import build_batch, decode_records, read_header
 
 field = st.none() | st.binary(max_size=300)  # long enough for multi-byte varint lengths
 

@@ -7,12 +7,8 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.protocol.compression import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD
 from broker_runtime.protocol.records import (
-    CODEC_GZIP,
-    CODEC_LZ4,
-    CODEC_NONE,
-    CODEC_SNAPPY,
-    CODEC_ZSTD,
     InvalidRecords,
     build_batch,
     decode_records,
