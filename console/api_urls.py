@@ -4,16 +4,22 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
+from console.audit import api as audit
 from console.clusters import api as clusters
+from console.groups import api as groups
+from console.operations import api as operations
+from console.topics import api as topics
 
 public = {"permission_classes": [AllowAny]}
-
 cluster = "clusters/<int:cluster_id>/"
+topic = cluster + "topics/<str:topic>/"
+group = cluster + "groups/<path:group_id>/"
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(**public), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema", **public), name="api-docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="api-schema", **public), name="api-redoc"),
+    path("me/", clusters.MeView.as_view(), name="api-me"),
     path("clusters/", clusters.ClusterListView.as_view(), name="api-clusters"),
     path(cluster, clusters.ClusterDetailView.as_view(), name="api-cluster"),
     path(cluster + "overview/", clusters.OverviewView.as_view(), name="api-overview"),
@@ -24,4 +30,16 @@ urlpatterns = [
         clusters.BrokerConfigsView.as_view(),
         name="api-broker-configs",
     ),
+    path(cluster + "topics/", topics.TopicListView.as_view(), name="api-topics"),
+    path(topic, topics.TopicDetailView.as_view(), name="api-topic"),
+    path(topic + "configs/", topics.TopicConfigsView.as_view(), name="api-topic-configs"),
+    path(topic + "partitions/", topics.TopicPartitionsView.as_view(), name="api-topic-partitions"),
+    path(topic + "messages/", topics.MessagesView.as_view(), name="api-topic-messages"),
+    path(topic + "delete-records/", topics.DeleteRecordsView.as_view(), name="api-topic-delete-records"),
+    path(cluster + "groups/", groups.GroupListView.as_view(), name="api-groups"),
+    path(group + "reset-offsets/", groups.ResetOffsetsView.as_view(), name="api-group-reset"),
+    path(group, groups.GroupDetailView.as_view(), name="api-group"),
+    path("operations/", operations.OperationListView.as_view(), name="api-operations"),
+    path("operations/<int:operation_id>/", operations.OperationDetailView.as_view(), name="api-operation"),
+    path("audit/", audit.AuditListView.as_view(), name="api-audit"),
 ]

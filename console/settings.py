@@ -173,6 +173,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE = {
     "publish-audit-entries": {"task": "console.audit.tasks.publish_pending", "schedule": 30.0},
+    "refresh-group-lag": {"task": "console.groups.tasks.refresh_all_lag", "schedule": 30.0},
 }
 CELERY_TIMEZONE = TIME_ZONE
 

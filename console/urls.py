@@ -5,6 +5,7 @@ from django.views.decorators.http import require_POST
 
 from console.audit import views as audit_views
 from console.clusters import views as cluster_views
+from console.groups import views as group_views
 from console.operations import views as operation_views
 from console.topics import views as topic_views
 
@@ -32,6 +33,10 @@ cluster_pages = [
         name="topic_delete_records",
     ),
     path("topics/<str:topic>/delete/", require_POST(topic_views.topic_delete), name="topic_delete"),
+    path("groups/", group_views.group_list, name="groups"),
+    path("groups/<path:group_id>/reset-offsets/", group_views.group_reset, name="group_reset"),
+    path("groups/<path:group_id>/delete/", require_POST(group_views.group_delete), name="group_delete"),
+    path("groups/<path:group_id>/", group_views.group_detail, name="group"),
 ]
 
 urlpatterns = [

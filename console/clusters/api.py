@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
+from rest_framework.exceptions import NotAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from console.access import ACTIONS, Role, role_of
 from console.api import cluster_or_404, validated
 from console.clusters import actions, selectors
 from console.clusters.client import client_for
@@ -159,3 +161,30 @@ class BrokerConfigsView(APIView):
             request.user, cluster, broker_id, changes=data["configs"], source="api"
         )
         return Response(ConfigOut(client_for(cluster).broker_configs(broker_id), many=True).data)
+
+
+class MeOut(serializers.Serializer):
+    username = serializers.CharField()
+    role = serializers.CharField()
+    actions = serializers.ListField(
+        child=serializers.CharField(), help_text="The actions this user may perform."
+    )
+
+
+class MeView(APIView):
+    """The caller's role and the actions it allows (what the pages use to show only usable controls)."""
+
+    read_role = Role.NONE
+
+    @extend_schema(responses=MeOut)
+    def get(self, request):
+        role = role_of(request.user)
+        if not request.user.is_authenticated:
+            raise NotAuthenticated()
+        return Response(
+            {
+                "username": request.user.get_username(),
+                "role": role.label,
+                "actions": sorted(name for name, needed in ACTIONS.items() if role >= needed),
+            }
+        )

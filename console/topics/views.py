@@ -100,7 +100,7 @@ def topic_create(request, cluster):
                 operation = actions.do_create_topic(request.user, cluster, source="web", **params)
                 return HttpResponseRedirect(reverse("operation", args=[operation.pk]))
         except ConsoleError as exc:
-            errors[exc.field or "__all__"] = exc.message
+            errors[exc.field or "form"] = exc.message
     return {"form": form, "errors": errors, "valid": valid, "brokers": brokers, "nav": "topics"}
 
 
