@@ -18,6 +18,7 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
 from kio.serial import entity_reader, entity_writer
 
 from broker_runtime.protocol import inter_broker
+from broker_runtime.protocol.request_check import MalformedRequest, check_request
 from broker_runtime.protocol.varint import VarintError, read_uvarint
 
 _SIZE = struct.Struct(">i")
@@ -140,9 +141,14 @@ def decode_body(header: RequestHeader, frame: memoryview, pos: int) -> Any:
         if pos > len(frame):
             raise FrameError("request header tagged fields run past the end of the frame")
     try:
+        # Lengths and nulls first: kio trusts length prefixes (see request_check).
+        check_request(cls, frame, pos)
+    except MalformedRequest as exc:
+        raise FrameError(f"malformed {cls.__name__} v{header.api_version}: {exc}") from None
+    try:
         body, _ = _reader(cls)(frame, pos)
     except Exception as exc:  # kio raises assorted errors on malformed input
-        raise FrameError(f"malformed {cls.__name__} v{header.api_version}: {exc!r}") from exc
+        raise FrameError(f"malformed {cls.__name__} v{header.api_version}: {exc!r}") from None
     # Bytes after the body are ignored, as Kafka ignores them: librdkafka's Metadata v11 carries some.
     return body
 
