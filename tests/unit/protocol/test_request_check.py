@@ -21,15 +21,20 @@ from kio.serial import entity_reader
 from request_bytes import request_body
 
 from broker_runtime.handlers.table import VERSIONS
-from broker_runtime.protocol.framing import FrameError, decode_body, parse_header
+from broker_runtime.protocol import inter_broker
+from broker_runtime.protocol.framing import FrameError, decode_body, parse_header, request_class
 from broker_runtime.protocol.request_check import MalformedRequest, check_request
 
-# Every advertised version that kio has a schema for (Produce v0-2 are advertised but refused: no schema).
+# Every advertised version that kio has a schema for (Produce v0-2 are advertised but refused: no schema), and
+# the controller's requests.
 SERVED = sorted(
-    (key, v)
-    for key, (lo, hi) in VERSIONS.items()
-    for v in range(lo, hi + 1)
-    if v in schema_name_map[api_key_map[key]]
+    {
+        (key, v)
+        for key, (lo, hi) in VERSIONS.items()
+        for v in range(lo, hi + 1)
+        if key in api_key_map and v in schema_name_map[api_key_map[key]]
+    }
+    | set(inter_broker.SCHEMAS)
 )
 PROPERTY = settings(
     max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
@@ -140,7 +145,7 @@ def _nulls_where_forbidden(value, path: str = "") -> list[str]:
 @PROPERTY
 @given(data=st.data())
 def test_a_valid_body_walks_to_where_kio_stops(api_key: int, version: int, data) -> None:
-    cls = load_request_schema(api_key, version)
+    cls = request_class(api_key, version)
     body, _ = data.draw(request_body(cls))
     end = check_request(cls, body, 0)
     request, size = entity_reader(cls)(body, 0)
@@ -152,7 +157,7 @@ def test_a_valid_body_walks_to_where_kio_stops(api_key: int, version: int, data)
 @PROPERTY
 @given(data=st.data())
 def test_lying_lengths_are_refused_or_read_exactly_as_walked(api_key: int, version: int, data) -> None:
-    cls = load_request_schema(api_key, version)
+    cls = request_class(api_key, version)
     body, lies = data.draw(request_body(cls, mutate=0.3))
     try:
         end = check_request(cls, body, 0)
