@@ -1,7 +1,7 @@
 """Produce: validate each partition's batch, append it as leader, answer per partition.
 
-An uncompressed batch bound for a topic that keeps the producer's codec is validated and appended at once,
-without awaiting. A batch that must be decompressed (to count its records, or to recompress it for the
+An uncompressed batch that the topic stores uncompressed is validated and appended at once, without
+awaiting. A batch that must be decompressed (to count its records, or to recompress it for the
 topic) is validated on a worker thread; appends to one partition still happen in arrival order, because each
 partition keeps the task of its latest deferred append and every later append waits for that task first.
 """
@@ -139,8 +139,16 @@ def _retrieve_exception(task: asyncio.Task) -> None:
 
 
 async def _append_after(
-    ctx: RequestContext, name, index, batch, header, acks, previous: asyncio.Task | None, validation
+    ctx: RequestContext,
+    name: str,
+    index: int,
+    batch: bytearray,
+    header: BatchHeader,
+    acks: int,
+    previous: asyncio.Task | None,
+    validation: asyncio.Future | None,
 ):
+    """Append once the batch is validated (and recompressed) and the partition's previous append is done."""
     if validation is not None:
         batch, header = await validation
     if previous is not None and not previous.done():
