@@ -1,9 +1,13 @@
 """The filesystem seam the log writes through (LevelDB's `Env`, reduced to what the log needs).
 
 `RealFileSystem` maps each call to one `os` call on a file descriptor. `FaultInjectingFileSystem` keeps files in
-memory and remembers, per file, the contents as of its last fsync; `crash()` throws away everything that was
-not fsynced (optionally keeping a torn prefix of it), which is what a power cut does to the page cache. Tests
-use it to check recovery of torn tails, lost index files and unflushed appends without killing processes.
+memory and remembers, per file, the contents as of its last fsync and, per directory, its file entries as of its
+last directory fsync; `crash()` throws away everything that was not fsynced (optionally keeping a torn prefix of
+it), which is what a power cut does to the page cache. It can also fail chosen calls, after writing part of the
+buffer when the call writes (a disk filling up). Tests use it to check recovery of torn tails, lost index files,
+unflushed appends and lost renames without killing processes.
+
+Every method may raise `OSError`; the log treats one as the failure of the whole log dir (see log_manager.py).
 
 Handles are plain ints. Paths are `pathlib.Path`.
 """
@@ -55,18 +59,21 @@ def read_whole(fs: FileSystem, path: Path) -> bytes:
         fs.close(handle)
 
 
-def write_atomically(fs: FileSystem, path: Path, data: bytes) -> None:
-    """Write to `<path>.tmp`, fsync, rename over `path`, fsync the directory: readers see old or new, never half."""
+def write_atomically(fs: FileSystem, path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Write to `<path>.tmp`, fsync, rename over `path`, fsync the directory: readers see old or new, never half,
+    and a power cut keeps the new one. `sync=False` skips both fsyncs (a file that can be rebuilt if lost)."""
     tmp = path.with_name(path.name + ".tmp")
     handle = fs.open(tmp)
     try:
         fs.truncate(handle, 0)
         fs.pwrite(handle, data, 0)
-        fs.fsync(handle)
+        if sync:
+            fs.fsync(handle)
     finally:
         fs.close(handle)
     fs.rename(tmp, path)
-    fs.fsync_dir(path.parent)
+    if sync:
+        fs.fsync_dir(path.parent)
 
 
 class RealFileSystem:
@@ -147,7 +154,7 @@ class RealFileSystem:
         os.close(handle)  # closing the descriptor releases the flock
 
 
-@dataclass
+@dataclass(eq=False)
 class _MemFile:
     data: bytearray = field(default_factory=bytearray)
     durable: bytearray | None = None  # contents as of the last fsync; None = never fsynced
@@ -157,32 +164,49 @@ class _MemFile:
 class FaultInjectingFileSystem:
     """In-memory filesystem that can lose what was not fsynced, and fail chosen operations.
 
-    Simplifications, stated so tests do not rely on more: directory entries (create, rename, unlink) are durable
-    at once, like a journaling filesystem that orders metadata; only file *contents* can be lost. A file that
-    was never fsynced comes back empty after `crash()` (or disappears with `drop_unsynced_files=True`).
+    Simplifications, stated so tests do not rely on more: directories themselves (mkdir, rename, rmtree of a
+    directory) are durable at once. File entries (create, rename, unlink of a file) are durable at once too,
+    like a journaling filesystem that orders metadata, unless `crash(drop_unsynced_dir_entries=True)` asks for
+    the strict POSIX rule: then each directory's file entries go back to what they were at its last
+    `fsync_dir` (none if it never had one). A file that was never fsynced comes back empty after `crash()` (or
+    disappears with `drop_unsynced_files=True`).
     """
 
     def __init__(self) -> None:
         self.files: dict[Path, _MemFile] = {}
         self.dirs: set[Path] = {Path("/")}
+        self._synced_entries: dict[Path, dict[str, _MemFile]] = {}  # per directory, as of its last fsync_dir
         self._handles: dict[int, Path] = {}
         self._next_handle = 1
-        self._fail: dict[str, OSError] = {}
+        self._fail: dict[str, tuple[OSError, int | None]] = {}
         self.fsync_count = 0
         self.now_ms = 0
         self._locks: dict[int, Path] = {}
 
     # --- fault injection ---------------------------------------------------------------------------------
 
-    def fail_next(self, operation: str, error: OSError | None = None) -> None:
-        """Make the next call of `operation` (e.g. "append", "fsync") raise `error` (default ENOSPC)."""
-        self._fail[operation] = error or OSError(errno.ENOSPC, "No space left on device (injected)")
+    def fail_next(
+        self, operation: str, error: OSError | None = None, *, after_bytes: int | None = None
+    ) -> None:
+        """Make the next call of `operation` (e.g. "append", "fsync") raise `error` (default ENOSPC). For
+        "append" and "pwrite", `after_bytes` first writes that many bytes of the buffer, as a write that fills
+        the disk does."""
+        error = error or OSError(errno.ENOSPC, "No space left on device (injected)")
+        self._fail[operation] = (error, after_bytes)
 
-    def crash(self, *, keep_unsynced_bytes: int = 0, drop_unsynced_files: bool = False) -> None:
+    def crash(self, *, keep_unsynced_bytes: int = 0, drop_unsynced_files: bool = False,
+              drop_unsynced_dir_entries: bool = False) -> None:  # fmt: skip
         """Lose every unfsynced write. `keep_unsynced_bytes` keeps that many bytes of each file's unsynced
-        appended tail, to model a torn write. Open handles are invalidated."""
+        appended tail, to model a torn write; `drop_unsynced_dir_entries` undoes file creations, renames and
+        unlinks that no directory fsync made durable. Open handles are invalidated."""
         self._handles.clear()
         self._locks.clear()
+        if drop_unsynced_dir_entries:
+            self.files = {
+                directory / name: mem
+                for directory, entries in self._synced_entries.items()
+                for name, mem in entries.items()
+            }
         for path in list(self.files):
             mem = self.files[path]
             if mem.durable is None:
@@ -199,9 +223,19 @@ class FaultInjectingFileSystem:
             mem.durable = bytearray(mem.data) if mem.durable is not None or extra else None
 
     def _maybe_fail(self, operation: str) -> None:
-        error = self._fail.pop(operation, None)
-        if error is not None:
+        failure = self._fail.pop(operation, None)
+        if failure is not None:
+            raise failure[0]
+
+    def _injected_write(self, operation: str, data: bytes | bytearray | memoryview):
+        """(what to write, error to raise after writing it or None)."""
+        failure = self._fail.pop(operation, None)
+        if failure is None:
+            return data, None
+        error, after_bytes = failure
+        if after_bytes is None:
             raise error
+        return memoryview(data)[:after_bytes], error
 
     def _file(self, handle: int) -> _MemFile:
         try:
@@ -229,19 +263,23 @@ class FaultInjectingFileSystem:
         self._handles.pop(handle, None)
 
     def append(self, handle: int, data: bytes | bytearray | memoryview) -> None:
-        self._maybe_fail("append")
+        data, error = self._injected_write("append", data)
         mem = self._file(handle)
         mem.data += data
         mem.mtime_ms = self.now_ms
+        if error is not None:
+            raise error
 
     def pwrite(self, handle: int, data: bytes | bytearray | memoryview, position: int) -> None:
-        self._maybe_fail("pwrite")
+        data, error = self._injected_write("pwrite", data)
         mem = self._file(handle)
         end = position + len(data)
         if end > len(mem.data):
             mem.data.extend(bytes(end - len(mem.data)))
         mem.data[position:end] = data
         mem.mtime_ms = self.now_ms
+        if error is not None:
+            raise error
 
     def pread(self, handle: int, size: int, position: int) -> bytes:
         self._maybe_fail("pread")
@@ -271,6 +309,8 @@ class FaultInjectingFileSystem:
             for path in sorted(p for p in self.dirs if p == src or src in p.parents):
                 self.dirs.discard(path)
                 self.dirs.add(dst / path.relative_to(src))
+                if path in self._synced_entries:
+                    self._synced_entries[dst / path.relative_to(src)] = self._synced_entries.pop(path)
             for path in [p for p in self.files if src in p.parents]:
                 self.files[dst / path.relative_to(src)] = self.files.pop(path)
             for handle, path in self._handles.items():
@@ -315,9 +355,12 @@ class FaultInjectingFileSystem:
         path = Path(path)
         self.dirs = {p for p in self.dirs if p != path and path not in p.parents}
         self.files = {p: f for p, f in self.files.items() if path not in p.parents}
+        self._synced_entries = {p: e for p, e in self._synced_entries.items() if p in self.dirs}
 
     def fsync_dir(self, path: Path) -> None:
         self._maybe_fail("fsync_dir")
+        path = Path(path)
+        self._synced_entries[path] = {p.name: f for p, f in self.files.items() if p.parent == path}
 
     def mtime_ms(self, path: Path) -> int:
         return self.files[Path(path)].mtime_ms

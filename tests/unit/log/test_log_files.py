@@ -168,3 +168,41 @@ def test_fault_injecting_fs_torn_write_and_injected_errors():
     with pytest.raises(OSError):
         fs.fsync(h)
     fs.fsync(h)  # only the next call fails
+
+
+def test_fault_injecting_fs_writes_part_of_a_buffer_then_fails():
+    fs = FaultInjectingFileSystem()
+    fs.mkdir(Path("/d"))
+    h = fs.open(Path("/d/a"))
+    fs.append(h, b"abc")
+    fs.fail_next("append", after_bytes=2)
+    with pytest.raises(OSError, match="No space left"):
+        fs.append(h, b"defgh")
+    assert read_whole(fs, Path("/d/a")) == b"abcde"  # the disk took two bytes before it was full
+    fs.append(h, b"!")  # only that call fails
+    fs.fail_next("pwrite", after_bytes=1)
+    with pytest.raises(OSError):
+        fs.pwrite(h, b"XY", 0)
+    assert read_whole(fs, Path("/d/a")) == b"Xbcde!"
+
+
+def test_fault_injecting_fs_loses_renames_no_directory_fsync_covered():
+    fs = FaultInjectingFileSystem()
+    fs.mkdir(Path("/d"))
+    for name in ("kept", "renamed-late"):
+        h = fs.open(Path(f"/d/{name}.tmp"))
+        fs.append(h, name.encode())
+        fs.fsync(h)
+        fs.close(h)
+    h = fs.open(Path("/d/never-synced"))
+    fs.fsync_dir(Path("/d"))
+    fs.rename(Path("/d/kept.tmp"), Path("/d/kept"))
+    fs.fsync_dir(Path("/d"))
+    fs.rename(Path("/d/renamed-late.tmp"), Path("/d/renamed-late"))
+    fs.unlink(Path("/d/never-synced"))
+    fs.open(Path("/d/created-late"))
+    fs.crash(drop_unsynced_dir_entries=True)
+    # The last rename, unlink and creation never happened.
+    assert fs.listdir(Path("/d")) == ["kept", "never-synced", "renamed-late.tmp"]
+    assert read_whole(fs, Path("/d/kept")) == b"kept"
+    assert read_whole(fs, Path("/d/renamed-late.tmp")) == b"renamed-late"
