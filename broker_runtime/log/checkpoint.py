@@ -23,10 +23,10 @@ class CorruptCheckpointError(Exception):
     """A checkpoint file does not parse; the message names the file and the problem."""
 
 
-def write_lines(fs: FileSystem, path: Path, entries: Iterable[str]) -> None:
+def write_lines(fs: FileSystem, path: Path, entries: Iterable[str], *, sync: bool = True) -> None:
     entries = list(entries)
     text = f"{CHECKPOINT_VERSION}\n{len(entries)}\n" + "".join(f"{e}\n" for e in entries)
-    write_atomically(fs, path, text.encode())
+    write_atomically(fs, path, text.encode(), sync=sync)
 
 
 def read_lines(fs: FileSystem, path: Path, fields_per_entry: int) -> list[list[str]]:
@@ -70,8 +70,10 @@ def read_offsets(fs: FileSystem, path: Path) -> dict[tuple[str, int], int]:
     return result
 
 
-def write_epochs(fs: FileSystem, path: Path, entries: Iterable[tuple[int, int]]) -> None:
-    write_lines(fs, path, (f"{epoch} {start_offset}" for epoch, start_offset in entries))
+def write_epochs(
+    fs: FileSystem, path: Path, entries: Iterable[tuple[int, int]], *, sync: bool = True
+) -> None:
+    write_lines(fs, path, (f"{epoch} {start_offset}" for epoch, start_offset in entries), sync=sync)
 
 
 def read_epochs(fs: FileSystem, path: Path) -> list[tuple[int, int]]:

@@ -22,6 +22,7 @@ class LeaderEpochCache:
         self._fs = fs
         self._path = path
         self._entries: list[tuple[int, int]] = list(entries or [])
+        self._dirty = False  # entries changed since the file was written
 
     @classmethod
     def load(cls, fs: FileSystem, partition_dir: Path) -> LeaderEpochCache:
@@ -39,8 +40,9 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self._entries[-1][0] if self._entries else UNDEFINED_EPOCH
 
-    def assign(self, epoch: int, start_offset: int, *, persist: bool = True) -> None:
-        """Record that `epoch` starts at `start_offset` (first batch appended with that epoch)."""
+    def assign(self, epoch: int, start_offset: int, *, persist: bool = True, sync: bool = True) -> None:
+        """Record that `epoch` starts at `start_offset` (first batch appended with that epoch). `sync=False`
+        writes the file without fsyncs (a new, empty log: rebuilt from the batches if a power cut loses it)."""
         if epoch < 0 or start_offset < 0:
             return
         if self._entries:
@@ -51,7 +53,7 @@ class LeaderEpochCache:
         self._entries = [(e, s) for e, s in self._entries if e < epoch and s < start_offset]
         self._entries.append((epoch, start_offset))
         if persist:
-            self.flush()
+            self.flush(sync=sync)
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset): the start offset of the first epoch above `requested_epoch`, or the log end
@@ -78,7 +80,11 @@ class LeaderEpochCache:
             self.flush()
 
     def truncate_from_start(self, start_offset: int) -> None:
-        """The log now starts at `start_offset`: drop epochs that ended before it, move the survivor's start."""
+        """The log now starts at `start_offset`: drop epochs that ended before it, move the survivor's start.
+
+        Not written at once (Kafka flushes this asynchronously too): loading a log applies the checkpointed log
+        start offset again, so a file that still has the older entries reads back the same; `flush_if_dirty`
+        (on close) writes it."""
         below = [i for i, (_, s) in enumerate(self._entries) if s <= start_offset]
         if not below:
             return
@@ -87,11 +93,16 @@ class LeaderEpochCache:
         updated = [(epoch, max(start, start_offset)), *self._entries[last_below + 1 :]]
         if updated != self._entries:
             self._entries = updated
-            self.flush()
+            self._dirty = True
 
     def clear(self) -> None:
         self._entries = []
         self.flush()
 
-    def flush(self) -> None:
-        checkpoint.write_epochs(self._fs, self._path, self._entries)
+    def flush(self, *, sync: bool = True) -> None:
+        checkpoint.write_epochs(self._fs, self._path, self._entries, sync=sync)
+        self._dirty = False
+
+    def flush_if_dirty(self) -> None:
+        if self._dirty:
+            self.flush()

@@ -7,11 +7,17 @@ and return whole batches by position. Nothing is fsynced on the append path unle
 `flush()` fsyncs and moves the recovery point to the log end. Opening after an unclean shutdown re-reads every
 segment from the one holding the recovery point (CRC of each batch), cuts the first bad batch and everything
 after it, and rebuilds indexes, leader epochs and producer state (see FORMAT.md).
+
+An `OSError` from the filesystem (a full disk, a failed fsync) fails the log for good: the operation answers
+KAFKA_STORAGE_ERROR, `on_io_error` tells the log manager (which takes the whole log dir offline, as Kafka does),
+and every later call answers KAFKA_STORAGE_ERROR without touching the files. A failed append never leaves torn
+bytes behind it (the segment cuts them); the next start recovers the log from its recovery point.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,7 +30,7 @@ from broker_runtime.errors import KafkaError
 from broker_runtime.log.config import LogConfig
 from broker_runtime.log.fs import FileSystem, read_whole, write_atomically
 from broker_runtime.log.leader_epoch import LeaderEpochCache
-from broker_runtime.log.segment import BatchInfo, LogSegment, file_name
+from broker_runtime.log.segment import BatchInfo, CorruptSegmentError, LogSegment, file_name
 from broker_runtime.protocol.records import (
     HEADER,
     BatchHeader,
@@ -42,6 +48,26 @@ SNAPSHOT_SUFFIX = ".snapshot"
 _LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 
 
+@dataclass
+class FlushPlan:
+    """fsyncs of one log that may run on any thread: descriptors and paths only, no shared buffers."""
+
+    log: PartitionLog
+    upto: int  # the recovery point once done
+    rolled: list[LogSegment]  # rolled segments: log and index files
+    active: LogSegment | None  # the active segment's log file (recovery rebuilds its indexes)
+    dir_changes: int | None  # fsync the partition dir (segment files created or deleted) up to this change
+    messages: int  # unflushed messages when planned
+
+    def run(self) -> None:
+        for segment in self.rolled:
+            segment.fsync_files(indexes=True)
+        if self.active is not None:
+            self.active.fsync_files(indexes=False)
+        if self.dir_changes is not None:
+            self.log.fs.fsync_dir(self.log.dir)
+
+
 @dataclass(frozen=True)
 class AppendResult:
     base_offset: int
@@ -54,6 +80,25 @@ class AppendResult:
 def _offset_of(name: str) -> int | None:
     stem = name.split(".", 1)[0]
     return int(stem) if len(stem) == 20 and stem.isdigit() else None
+
+
+def _storage_operation(method):
+    """Run `method` only on a log that has not failed; an OSError fails the log and becomes KAFKA_STORAGE_ERROR."""
+    operation = method.__name__.strip("_").replace("_", " ")
+
+    @functools.wraps(method)
+    def guarded(self: PartitionLog, *args, **kwargs):
+        if self.failed:
+            raise KafkaError(ErrorCode.kafka_storage_error, f"{self.name} is in an offline log dir")
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as error:
+            self.fail(operation, error)
+            raise KafkaError(
+                ErrorCode.kafka_storage_error, f"{operation} on {self.name} failed: {error}"
+            ) from error
+
+    return guarded
 
 
 class PartitionLog:
@@ -75,8 +120,26 @@ class PartitionLog:
         self.producer_state = ProducerStateManager()
         self.unflushed_messages = 0
         self.last_flush_ms = clock.time_ms()
-        self.on_log_start_offset_change: Callable[[PartitionLog], None] | None = None
+        self._dir_changes = self._dir_synced = (
+            0  # segment files created or deleted; how many a dir fsync covers
+        )
+        self.on_io_error: Callable[[PartitionLog, OSError], None] | None = None
         self.closed = False
+        self.failed = False
+        self._reported_corruption: set[tuple[Path, int]] = set()
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def fail(self, operation: str, error: OSError) -> None:
+        """Stop using this log after an I/O error; tell the log manager (once)."""
+        if self.failed:
+            return
+        self.failed = True
+        log.error("%s: %s failed: %s", self.name, operation, error)
+        if self.on_io_error is not None:
+            self.on_io_error(self, error)
 
     # --- opening -----------------------------------------------------------------------------------------
 
@@ -110,6 +173,7 @@ class PartitionLog:
             self.segments.append(
                 LogSegment.create(self.fs, self.dir, max(log_start_offset, 0), self.config, now)
             )
+            self._dir_changes += 1  # the first flush makes the new segment's name durable
         self._bases = [s.base_offset for s in self.segments]
 
         if clean_shutdown or not bases:
@@ -134,17 +198,16 @@ class PartitionLog:
         for i in range(first, len(self.segments)):
             segment = self.segments[i]
             epoch_starts: list[tuple[int, int]] = []
-            truncated = segment.recover(epoch_starts)
+            truncated = segment.recover(epoch_starts)  # logs the cut
             for epoch, start in epoch_starts:
                 if epoch > self.leader_epochs.latest_epoch():
                     self.leader_epochs.assign(epoch, start)
             if truncated:
-                log.warning("%s-%d: cut %d invalid bytes at the end of %s during recovery",
-                            self.topic, self.partition, truncated, segment.log_path)  # fmt: skip
-                for later in self.segments[i + 1 :]:
-                    log.warning("%s-%d: deleting %s after a corrupt segment", self.topic, self.partition,
-                                later.log_path)  # fmt: skip
-                    later.delete()
+                for doomed in self.segments[i + 1 :]:
+                    log.warning("%s: deleting %s (%d bytes from offset %d on): it follows the cut in %s",
+                                self.name, doomed.log_path, doomed.size, doomed.base_offset, segment.log_path)  # fmt: skip
+                    doomed.delete()
+                self._dir_changes += 1
                 del self.segments[i + 1 :]
                 self._bases = self._bases[: i + 1]
                 break
@@ -175,8 +238,11 @@ class PartitionLog:
                 continue
             start = offset
             break
-        for header in self._headers_from_offset(max(start, self.segments[0].base_offset)):
-            self._record_producer_batch(header)
+        try:
+            for header in self._headers_from_offset(max(start, self.segments[0].base_offset)):
+                self._record_producer_batch(header)
+        except CorruptSegmentError as error:  # reads there answer CORRUPT_MESSAGE; the state stops before it
+            log.error("%s: rebuilding producer state: %s", self.name, error)
 
     def _headers_from_offset(self, offset: int) -> Iterator[BatchHeader]:
         i = self._segment_index(offset)
@@ -201,6 +267,7 @@ class PartitionLog:
 
     # --- appends -----------------------------------------------------------------------------------------
 
+    @_storage_operation
     def append_as_leader(
         self, batch: bytearray, header: BatchHeader, leader_epoch: int, now_ms: int
     ) -> AppendResult:
@@ -247,6 +314,7 @@ class PartitionLog:
         self._after_append(header.record_count)
         return AppendResult(base_offset, last_offset, log_append_time, self.log_start_offset)
 
+    @_storage_operation
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> None:
         """Append batches already stamped by the leader (a fetch response); a torn last batch is ignored."""
         view = memoryview(records)
@@ -293,6 +361,7 @@ class PartitionLog:
             # A follower's first batch may start past an empty active segment's base (leader log start moved).
             self.roll(base_offset)
 
+    @_storage_operation
     def roll(self, base_offset: int | None = None) -> None:
         """Start a new active segment at the log end (Kafka also snapshots producer state here)."""
         base = self.log_end_offset if base_offset is None else base_offset
@@ -309,6 +378,7 @@ class PartitionLog:
         segment = LogSegment.create(self.fs, self.dir, base, self.config, self.clock.time_ms())
         self.segments.append(segment)
         self._bases.append(base)
+        self._dir_changes += 1
         self.log_end_offset = max(self.log_end_offset, base)
         if self.segments[0].base_offset > self.log_start_offset:  # the only segment moved forward
             self.log_start_offset = self.segments[0].base_offset
@@ -318,6 +388,7 @@ class PartitionLog:
     def _segment_index(self, offset: int) -> int:
         return max(0, bisect.bisect_right(self._bases, offset) - 1)
 
+    @_storage_operation
     def read(self, start_offset: int, max_bytes: int, max_offset: int, min_one_batch: bool) -> bytes:
         if start_offset < self.log_start_offset or start_offset > self.log_end_offset:
             raise KafkaError(
@@ -327,25 +398,40 @@ class PartitionLog:
             )
         if start_offset >= self.log_end_offset or start_offset >= max_offset:
             return b""
-        i = self._segment_index(start_offset)
-        found = self.segments[i].translate_offset(start_offset)
-        position = found.position if found is not None else None
         chunks: list[bytes] = []
-        budget = max_bytes
-        while i < len(self.segments):
-            segment = self.segments[i]
-            if position is None or position >= segment.size:
+        try:
+            i = self._segment_index(start_offset)
+            found = self.segments[i].translate_offset(start_offset)
+            position = found.position if found is not None else None
+            budget = max_bytes
+            while i < len(self.segments):
+                segment = self.segments[i]
+                if position is None or position >= segment.size:
+                    i, position = i + 1, 0
+                    continue
+                chunk = segment.read(position, budget, max_offset, min_one_batch and not chunks)
+                if chunk:
+                    chunks.append(chunk)
+                    budget -= len(chunk)
+                if budget <= 0 or position + len(chunk) < segment.size:
+                    break
                 i, position = i + 1, 0
-                continue
-            chunk = segment.read(position, budget, max_offset, min_one_batch and not chunks)
-            if chunk:
-                chunks.append(chunk)
-                budget -= len(chunk)
-            if budget <= 0 or position + len(chunk) < segment.size:
-                break
-            i, position = i + 1, 0
+        except CorruptSegmentError as error:
+            if not chunks:  # what came before the corrupt batch is served; the next read gets the error
+                raise self._corrupt(error, start_offset) from None
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
+    def _corrupt(self, error: CorruptSegmentError, offset: int) -> KafkaError:
+        """CORRUPT_MESSAGE for a read that reached bytes that are not a valid batch, as Kafka's fetch path
+        answers a CorruptRecordException; logged once per place."""
+        if (error.path, error.position) not in self._reported_corruption:
+            self._reported_corruption.add((error.path, error.position))
+            log.error("%s: reading offset %d: %s", self.name, offset, error)
+        return KafkaError(
+            ErrorCode.corrupt_message, f"{self.name}: offset {offset}: corrupt log data ({error.reason})"
+        )
+
+    @_storage_operation
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the earliest record at or after the log start with timestamp >= the target."""
         for i, segment in enumerate(self.segments):
@@ -359,6 +445,7 @@ class PartitionLog:
                 return found
         return None
 
+    @_storage_operation
     def max_timestamp(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record carrying the log's largest timestamp."""
         best: LogSegment | None = None
@@ -386,8 +473,10 @@ class PartitionLog:
 
     # --- offsets moving ----------------------------------------------------------------------------------
 
+    @_storage_operation
     def delete_records_before(self, offset: int) -> int:
-        """DeleteRecords: raise the log start offset (whole segments below it go at the next retention pass)."""
+        """DeleteRecords: raise the log start offset (whole segments below it go at the next retention pass).
+        Nothing is written: the caller checkpoints log start offsets once per request."""
         if offset > self.log_end_offset or offset < 0:
             raise KafkaError(
                 ErrorCode.offset_out_of_range,
@@ -396,10 +485,9 @@ class PartitionLog:
         if offset > self.log_start_offset:
             self.log_start_offset = offset
             self.leader_epochs.truncate_from_start(offset)
-            if self.on_log_start_offset_change is not None:
-                self.on_log_start_offset_change(self)
         return self.log_start_offset
 
+    @_storage_operation
     def truncate_to(self, offset: int) -> None:
         """Remove everything at and above `offset` (a follower diverged from its leader)."""
         if offset >= self.log_end_offset:
@@ -410,6 +498,7 @@ class PartitionLog:
         keep = self._segment_index(offset)
         for segment in self.segments[keep + 1 :]:
             segment.delete()
+            self._dir_changes += 1
         del self.segments[keep + 1 :]
         del self._bases[keep + 1 :]
         active = self.segments[-1]
@@ -423,18 +512,18 @@ class PartitionLog:
         self._delete_snapshots(lambda o: o > self.log_end_offset)
         self._load_producer_state()
 
+    @_storage_operation
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log empty at `offset`."""
         for segment in self.segments:
             segment.delete()
         self.segments = [LogSegment.create(self.fs, self.dir, offset, self.config, self.clock.time_ms())]
+        self._dir_changes += 1
         self._bases = [offset]
         self.log_start_offset = self.log_end_offset = self.recovery_point = offset
         self.leader_epochs.clear()
         self._delete_snapshots(lambda o: True)
         self.producer_state.clear()
-        if self.on_log_start_offset_change is not None:
-            self.on_log_start_offset_change(self)
 
     # --- epochs ------------------------------------------------------------------------------------------
 
@@ -444,24 +533,28 @@ class PartitionLog:
     def latest_epoch(self) -> int:
         return self.leader_epochs.latest_epoch()
 
-    def assign_epoch_start_offset(self, epoch: int) -> None:
-        """A new leader records where its epoch starts, before any append (Kafka's maybeAssignEpochStartOffset)."""
+    @_storage_operation
+    def assign_epoch_start_offset(self, epoch: int, *, sync: bool = True) -> None:
+        """A new leader records where its epoch starts, before any append (Kafka's maybeAssignEpochStartOffset).
+        `sync=False` for a new, empty log (see LeaderEpochCache.assign)."""
         if epoch > self.leader_epochs.latest_epoch():
-            self.leader_epochs.assign(epoch, self.log_end_offset)
+            self.leader_epochs.assign(epoch, self.log_end_offset, sync=sync)
 
     # --- retention ---------------------------------------------------------------------------------------
 
-    def delete_old_segments(self, now_ms: int, high_watermark: int | None = None) -> int:
+    @_storage_operation
+    def delete_old_segments(self, now_ms: int, high_watermark: int | None = None) -> list[LogSegment]:
         """Kafka's deleteOldSegments: segments below the log start offset, then (for cleanup.policy=delete)
-        by retention.ms and retention.bytes. Returns how many segments were deleted."""
+        by retention.ms and retention.bytes. Returns the segments taken out of the log; the caller deletes
+        their files (nothing reads them any more: reads copy bytes out)."""
         upper_bound = self.log_end_offset if high_watermark is None else high_watermark
-        deleted = self._delete_while(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset,
+        removed = self._remove_while(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset,
                                      upper_bound)  # fmt: skip
         if not self.config.deletes:
-            return deleted
+            return removed
         if self.config.retention_ms >= 0:
             limit = self.config.retention_ms
-            deleted += self._delete_while(
+            removed += self._remove_while(
                 lambda seg, nxt: now_ms - seg.largest_timestamp() > limit, upper_bound
             )
         if self.config.retention_bytes >= 0:
@@ -475,12 +568,12 @@ class PartitionLog:
                 return False
 
             if excess > 0:
-                deleted += self._delete_while(over_size, upper_bound)
-        return deleted
+                removed += self._remove_while(over_size, upper_bound)
+        return removed
 
-    def _delete_while(
+    def _remove_while(
         self, predicate: Callable[[LogSegment, LogSegment | None], bool], upper_bound: int
-    ) -> int:
+    ) -> list[LogSegment]:
         doomed = 0
         for i, segment in enumerate(self.segments):
             nxt = self.segments[i + 1] if i + 1 < len(self.segments) else None
@@ -491,51 +584,63 @@ class PartitionLog:
             else:
                 break
         if not doomed:
-            return 0
+            return []
         if doomed == len(self.segments):
             self.roll()  # Kafka never leaves a log without a segment: roll, then delete the old active one
-        for segment in self.segments[:doomed]:
-            segment.delete()
+        removed = self.segments[:doomed]
+        self._dir_changes += 1
         del self.segments[:doomed]
         del self._bases[:doomed]
         if self.segments[0].base_offset > self.log_start_offset:
             self.log_start_offset = self.segments[0].base_offset
             self.leader_epochs.truncate_from_start(self.log_start_offset)
-            if self.on_log_start_offset_change is not None:
-                self.on_log_start_offset_change(self)
         self.recovery_point = max(self.recovery_point, self.segments[0].base_offset)
         latest = self._snapshot_offsets()[-1:] or [None]
         self._delete_snapshots(lambda o: o < self.segments[0].base_offset and o != latest[0])
-        return doomed
+        return removed
 
     # --- durability --------------------------------------------------------------------------------------
 
+    @_storage_operation
     def flush(self) -> None:
         """fsync every segment holding data above the recovery point; the recovery point becomes the log end."""
-        for segment in self.segments[self._segment_index(self.recovery_point) :]:
-            if segment.unflushed or segment is self.segments[-1]:
-                segment.flush()
-        self.recovery_point = self.log_end_offset
-        self.unflushed_messages = 0
+        plan = self.plan_flush()
+        if plan is not None:
+            plan.run()
+            self.finish_flush(plan)
+
+    def plan_flush(self, upto: int | None = None) -> FlushPlan | None:
+        """The fsyncs that make everything below `upto` (default: the log end) durable, or None if it is.
+        `FlushPlan.run` may run on another thread while this log keeps appending; `finish_flush` then moves the
+        recovery point, on the owner's thread."""
+        if self.failed or self.closed:
+            return None
+        upto = self.log_end_offset if upto is None else min(upto, self.log_end_offset)
+        dir_changes = self._dir_changes if self._dir_changes != self._dir_synced else None
+        if upto <= self.recovery_point and dir_changes is None:
+            return None
+        active = self.segments[-1]
+        first = self._segment_index(self.recovery_point)
+        rolled = [s for s in self.segments[first:-1] if s.unflushed and s.base_offset < upto]
+        include_active = upto > active.base_offset and upto > self.recovery_point
+        return FlushPlan(self, upto, rolled, active if include_active else None, dir_changes,
+                         self.unflushed_messages)  # fmt: skip
+
+    def finish_flush(self, plan: FlushPlan) -> None:
+        for segment in plan.rolled:
+            segment.unflushed = False
+        if plan.dir_changes is not None:
+            self._dir_synced = plan.dir_changes
+        self.recovery_point = max(self.recovery_point, min(plan.upto, self.log_end_offset))
+        self.unflushed_messages = max(0, self.unflushed_messages - plan.messages)
         self.last_flush_ms = self.clock.time_ms()
 
-    def maybe_flush(self, now_ms: int) -> bool:
-        """flush.ms: flush when the last flush is older than that and there is something to flush."""
+    def flush_due(self, now_ms: int) -> FlushPlan | None:
+        """flush.ms: a full flush when the last one is older than that; otherwise the segments that rolled since
+        the last flush (Kafka flushes them after each roll), so the recovery point reaches the active segment."""
         if self.recovery_point < self.log_end_offset and now_ms - self.last_flush_ms >= self.config.flush_ms:
-            self.flush()
-            return True
-        return False
-
-    def flush_rolled_segments(self) -> None:
-        """fsync segments that rolled since the last flush and move the recovery point to the active segment,
-        as Kafka does after a roll; kept off the append path."""
-        active_base = self.segments[-1].base_offset
-        if self.recovery_point >= active_base:
-            return
-        for segment in self.segments[self._segment_index(self.recovery_point) : -1]:
-            if segment.unflushed:
-                segment.flush()
-        self.recovery_point = active_base
+            return self.plan_flush()
+        return self.plan_flush(self.segments[-1].base_offset)
 
     def _write_snapshot(self, offset: int, *, fsync: bool) -> None:
         path = self.dir / file_name(offset, SNAPSHOT_SUFFIX)
@@ -559,6 +664,7 @@ class PartitionLog:
             if doomed(offset):
                 self.fs.unlink(self.dir / file_name(offset, SNAPSHOT_SUFFIX))
 
+    @_storage_operation
     def take_snapshot(self) -> None:
         """Snapshot producer state at the log end (clean shutdown)."""
         self._write_snapshot(self.log_end_offset, fsync=True)
@@ -568,18 +674,23 @@ class PartitionLog:
         for segment in self.segments:
             segment.change_config(config)
 
+    @_storage_operation
     def close(self) -> None:
         """Flush, snapshot producer state and close every segment (indexes trimmed)."""
         if self.closed:
             return
         self.flush()
         self.take_snapshot()
+        self.leader_epochs.flush_if_dirty()
         for segment in self.segments:
             segment.close()
         self.closed = True
 
     def close_without_flush(self) -> None:
-        """Release file handles only (the directory is being deleted)."""
+        """Release file handles only (the directory is being deleted, or its log dir failed)."""
         for segment in self.segments:
-            segment.close_handle()
+            try:
+                segment.close_handle()
+            except OSError as error:
+                log.warning("%s: closing %s: %s", self.name, segment.log_path, error)
         self.closed = True

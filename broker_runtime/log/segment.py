@@ -52,26 +52,61 @@ class BatchInfo:
     max_timestamp: int
 
 
-_BASE_AND_LENGTH = struct.Struct(">qi")
+class CorruptSegmentError(Exception):
+    """Bytes of a segment that are not the valid batch that should start there."""
+
+    def __init__(self, path: Path, position: int, reason: str) -> None:
+        super().__init__(f"{path} at byte {position}: {reason}")
+        self.path, self.position, self.reason = path, position, reason
+
+
+_BATCH_START = struct.Struct(">qiibI")  # base offset, batch length, partition leader epoch, magic, CRC
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_AT = 23
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 
 
-def _batches_end(buf: bytes, max_offset: int) -> int:
-    """End of the complete batches at the start of `buf` whose last offset is below `max_offset`.
+def _batches_end(buf: bytes, max_offset: int, *, ends_segment: bool) -> tuple[int, str | None]:
+    """(end, problem): the end of the complete, intact batches at the start of `buf` whose last offset is below
+    `max_offset`, and why the batch at `end` is corrupt (None when it is merely past the limits).
 
-    The fetch path's only per-batch work: two small unpacks, no header object."""
+    The fetch path's only per-batch work: two small unpacks and a CRC32C in C, no header object. Checking the
+    CRC here keeps a flipped byte at rest from reaching clients that do not check it (librdkafka's default).
+    `ends_segment`: `buf` reaches the end of the segment, so a batch running past it is torn, not cut short."""
     position, size = 0, len(buf)
-    unpack_base, unpack_delta = _BASE_AND_LENGTH.unpack_from, _LAST_OFFSET_DELTA.unpack_from
+    unpack_start, unpack_delta = _BATCH_START.unpack_from, _LAST_OFFSET_DELTA.unpack_from
     while position + HEADER_SIZE <= size:
-        base_offset, length = unpack_base(buf, position)
+        base_offset, length, _, magic, crc = unpack_start(buf, position)
         end = position + LOG_OVERHEAD + length
-        if length < HEADER_SIZE - LOG_OVERHEAD or end > size:
-            break
+        if length < _MIN_BATCH_LENGTH:
+            return position, f"impossible batch length {length}"
+        if magic != 2:
+            return position, f"magic {magic}, not 2"
+        if end > size:
+            return position, ("batch runs past the end of the segment" if ends_segment else None)
         if base_offset + unpack_delta(buf, position + _LAST_OFFSET_DELTA_AT)[0] >= max_offset:
             break
+        if crc32c(memoryview(buf)[position + CRC_START : end]) != crc:
+            return position, f"CRC mismatch in the batch at offset {base_offset}"
         position = end
-    return position
+    if ends_segment and 0 < size - position < HEADER_SIZE:
+        return position, f"{size - position} bytes at the end are not a whole batch"
+    return position, None
+
+
+def _header_problem(header: BatchHeader, segment_size: int, next_offset: int | None) -> str | None:
+    """Why `header` cannot be the next batch of a segment of `segment_size` bytes (None if it can)."""
+    if header.batch_length < _MIN_BATCH_LENGTH:
+        return f"impossible batch length {header.batch_length}"
+    if header.position + header.size > segment_size:
+        return f"batch of {header.size} bytes runs past the end of the segment ({segment_size} bytes)"
+    if header.magic != 2:
+        return f"magic {header.magic}, not 2"
+    if header.last_offset_delta < 0 or (next_offset is not None and header.base_offset < next_offset):
+        return (
+            f"offsets {header.base_offset}-{header.last_offset} go backwards (expected {next_offset} or more)"
+        )
+    return None
 
 
 class _ChunkReader:
@@ -208,25 +243,48 @@ class LogSegment:
             time_index.sanity_check(self.size)
         except CorruptIndexError as error:
             log.warning("rebuilding the indexes of %s: %s", self.log_path, error)
-            cut = self.recover()
-            if cut:
-                log.warning(
-                    "cut %d invalid bytes at the end of %s while rebuilding its indexes", cut, self.log_path
-                )
+            self.rebuild_indexes()
             return
         self._offset_index, self._time_index = offset_index, time_index
         self.max_timestamp, self.offset_of_max_timestamp = time_index.last_entry()
         if self.max_timestamp < 0:
             self.offset_of_max_timestamp = self.base_offset
 
+    def rebuild_indexes(self) -> None:
+        """Rebuild the indexes from the batches, without cutting anything: bytes that are not a valid batch
+        stay (and reads reaching them answer CORRUPT_MESSAGE), so that a segment in the middle of a log never
+        loses data quietly. Only recovery of the log's tail cuts (`recover`)."""
+        problem = self._reindex()
+        if problem is not None:
+            position, reason = problem
+            log.error(
+                "%s: %d bytes from byte %d (offset %d on) are unreadable: %s; fetches reaching them answer "
+                "CORRUPT_MESSAGE", self.log_path, self.size - position, position, self.next_offset, reason,
+            )  # fmt: skip
+
     def load_end(self) -> None:
-        """Find this segment's next offset by scanning from its last index entry (clean-shutdown path)."""
-        _, position = self.offset_index.lookup(2**62)
-        self.next_offset = self.base_offset
-        for header in self.headers_from(position):
-            self.next_offset = header.next_offset
-            if header.max_timestamp > self.max_timestamp:
-                self.max_timestamp, self.offset_of_max_timestamp = header.max_timestamp, header.last_offset
+        """Find this segment's next offset by scanning from its last index entry (clean-shutdown path).
+
+        Nothing is trusted: the batch at the last entry must be the one it names, every header after it must
+        be whole, and the scan must end exactly at the end of the file. Otherwise the segment is recovered like
+        after a crash (every batch read, CRC included; the tail from the first bad batch on is cut, logged)."""
+        indexed_offset, position = self.offset_index.lookup(2**62)
+        next_offset, max_timestamp, offset_of_max = (
+            self.base_offset,
+            self.max_timestamp,
+            self.offset_of_max_timestamp,
+        )
+        try:
+            for header in self.checked_headers_from(position, indexed_offset if position else None):
+                next_offset = header.next_offset
+                if header.max_timestamp > max_timestamp:
+                    max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
+        except CorruptSegmentError as error:
+            log.warning("%s; recovering the segment", error)
+            self.recover()
+            return
+        self.next_offset = next_offset
+        self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, offset_of_max
 
     def finish_indexes(self) -> bool:
         """The segment stops being active (roll or close): final time entry, trim index files to their entries.
@@ -269,10 +327,22 @@ class LogSegment:
         return now_ms - self.created_ms
 
     def append(self, data: bytes | bytearray | memoryview, batches: list[BatchInfo]) -> None:
-        """Write `data` (one or more whole batches) with one write, then index it as Kafka does."""
+        """Write `data` (one or more whole batches) with one write, then index it as Kafka does.
+
+        A write that fails (a full disk) may have written part of `data`: the file is cut back to the size it
+        had, so that no torn batch is left in the log, and the error is raised."""
         offset_index, time_index = self.offset_index, self.time_index
         start = self.size
-        self.fs.append(self._handle, data)
+        try:
+            self.fs.append(self._handle, data)
+        except OSError:
+            try:
+                self.fs.truncate(self._handle, start)
+            except OSError as error:
+                log.error(
+                    "cannot cut %s back to %d bytes after a failed write: %s", self.log_path, start, error
+                )
+            raise
         self.size += len(data)
         self.unflushed = True
         interval = self.config.index_interval_bytes
@@ -297,6 +367,24 @@ class LogSegment:
             self._offset_index.fsync()
             self._time_index.fsync()
         self.unflushed = False
+
+    def fsync_files(self, *, indexes: bool) -> None:
+        """fsync the log file, and the index files of a rolled segment (written when it rolled). Safe on any
+        thread while the owner appends: it touches descriptors and paths only. A segment closed meanwhile (deleted
+        by retention) is skipped."""
+        try:
+            if self._handle >= 0:
+                self.fs.fsync(self._handle)
+            if indexes and self._offset_index is not None and self._time_index is not None:
+                self._offset_index.fsync()
+                self._time_index.fsync()
+        except OSError:
+            if self._handle >= 0:
+                raise
+
+    @property
+    def closed(self) -> bool:
+        return self._handle < 0
 
     def write_indexes(self) -> None:
         if self._offset_index is not None and self._time_index is not None:
@@ -324,26 +412,70 @@ class LogSegment:
             yield header
             position += header.size
 
+    def checked_headers_from(self, position: int, indexed_offset: int | None = None) -> Iterator[BatchHeader]:
+        """Headers from `position` to the end of the segment, each checked; raises CorruptSegmentError where a
+        header cannot be the next batch, or where the first one is not the batch an index entry named
+        (`indexed_offset`: its last offset)."""
+        reader = _ChunkReader(self.fs, self._handle, self.size, _SCAN_CHUNK)
+        next_offset: int | None = None
+        while position < self.size:
+            raw = reader.get(position, HEADER_SIZE)
+            if raw is None:
+                raise CorruptSegmentError(
+                    self.log_path, position, f"{self.size - position} bytes at the end are not a whole batch"
+                )
+            header = BatchHeader(position, *HEADER.unpack_from(raw, 0))
+            problem = _header_problem(header, self.size, next_offset)
+            if problem is None and indexed_offset is not None and header.last_offset != indexed_offset:
+                problem = f"the index names offset {indexed_offset} here, the batch holds {header.base_offset}-{header.last_offset}"
+            if problem is not None:
+                raise CorruptSegmentError(self.log_path, position, problem)
+            indexed_offset = None
+            yield header
+            next_offset = header.next_offset
+            position += header.size
+
     def translate_offset(self, offset: int) -> BatchHeader | None:
-        """The first batch whose last offset is >= `offset`, found from the sparse index."""
-        _, position = self.offset_index.lookup(offset)
-        for header in self.headers_from(position):
-            if header.last_offset >= offset:
-                return header
+        """The first batch whose last offset is >= `offset`, found from the sparse index; None when the segment
+        ends before it. An index entry that does not point at the batch it names makes the indexes be rebuilt
+        (once); bytes that are not a batch raise CorruptSegmentError."""
+        for attempt in (1, 2):
+            indexed_offset, position = self.offset_index.lookup(offset)
+            try:
+                for header in self.checked_headers_from(position, indexed_offset if position else None):
+                    if header.last_offset >= offset:
+                        return header
+                return None
+            except CorruptSegmentError as error:
+                if attempt == 2 or error.position != position or not position:
+                    raise
+                log.warning("%s; rebuilding the indexes of %s", error, self.log_path)
+                self.rebuild_indexes()
         return None
 
     def read(self, position: int, max_bytes: int, max_offset: int, min_one_batch: bool) -> bytes:
         """Whole batches from `position` whose last offset is below `max_offset`, at most `max_bytes` unless
-        `min_one_batch` and the first batch alone is larger."""
+        `min_one_batch` and the first batch alone is larger. Stops before a corrupt batch; raises
+        CorruptSegmentError when the first one is."""
         want = min(max_bytes, self.size - position)
         buf = self.fs.pread(self._handle, want, position) if want > 0 else b""
-        end = _batches_end(buf, max_offset)
-        if end or not min_one_batch:
+        end, problem = _batches_end(buf, max_offset, ends_segment=position + len(buf) >= self.size)
+        if problem is not None and not end:
+            raise CorruptSegmentError(self.log_path, position, problem)
+        if end or not min_one_batch or problem is not None:
             return buf if end == len(buf) else buf[:end]
         first = self.header_at(position)
-        if first is None or first.last_offset >= max_offset or position + first.size > self.size:
+        if first is None or first.last_offset >= max_offset:
             return b""
-        return self.fs.pread(self._handle, first.size, position)
+        if position + first.size > self.size:
+            raise CorruptSegmentError(
+                self.log_path, position, _header_problem(first, self.size, None) or "torn"
+            )
+        whole = self.fs.pread(self._handle, first.size, position)
+        end, problem = _batches_end(whole, max_offset, ends_segment=True)
+        if problem is not None:
+            raise CorruptSegmentError(self.log_path, position, problem)
+        return whole
 
     def read_batch(self, header: BatchHeader) -> bytes:
         return self.fs.pread(self._handle, header.size, header.position)
@@ -379,10 +511,26 @@ class LogSegment:
 
     def recover(self, epoch_starts: list[tuple[int, int]] | None = None) -> int:
         """Rebuild the indexes by reading every batch; cut the log at the first batch that is torn, has a bad
-        CRC, a wrong magic or offsets that go backwards. Returns the number of bytes cut.
+        CRC, a wrong magic or offsets that go backwards, and log the cut. Returns the number of bytes cut.
 
         `epoch_starts` collects (partition leader epoch, base offset) wherever the epoch grows, so the caller
         can rebuild its leader epoch cache as Kafka does during recovery."""
+        problem = self._reindex(epoch_starts)
+        if problem is None:
+            return 0
+        position, reason = problem
+        truncated = self.size - position
+        log.warning(
+            "%s: cut %d bytes from byte %d on (%s); this segment now ends before offset %d",
+            self.log_path, truncated, position, reason, self.next_offset,
+        )  # fmt: skip
+        self.fs.truncate(self._handle, position)
+        self.size = position
+        return truncated
+
+    def _reindex(self, epoch_starts: list[tuple[int, int]] | None = None) -> tuple[int, str] | None:
+        """Read every batch and rebuild both indexes, the max timestamp and the next offset up to the first
+        batch that is not valid; returns (its position, why) or None when the whole segment is valid."""
         offset_index = OffsetIndex(
             self.fs, self.index_path, self.base_offset, self.config.segment_index_bytes
         )
@@ -403,18 +551,20 @@ class LogSegment:
         reader = _ChunkReader(self.fs, self._handle, self.size, _RECOVER_CHUNK)
         position = 0
         interval = self.config.index_interval_bytes
-        while True:
+        while position < self.size:
             raw = reader.get(position, HEADER_SIZE)
             if raw is None:
-                break
+                return position, "a torn batch header"
             header = BatchHeader(position, *HEADER.unpack_from(raw, 0))
-            if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or header.magic != 2:
-                break
+            problem = _header_problem(header, self.size, self.next_offset)
+            if problem is not None:
+                return position, problem
             whole = reader.get(position, header.size)
             if whole is None or crc32c(whole[CRC_START:]) != header.crc:
-                break
-            if header.last_offset_delta < 0 or header.base_offset < self.next_offset:
-                break
+                return (
+                    position,
+                    f"CRC mismatch in the batch at offsets {header.base_offset}-{header.last_offset}",
+                )
             if self._first_batch_timestamp is None:
                 self._first_batch_timestamp = header.max_timestamp
             if header.max_timestamp > self.max_timestamp:
@@ -429,11 +579,7 @@ class LogSegment:
             self._bytes_since_index_entry += header.size
             self.next_offset = header.next_offset
             position += header.size
-        truncated = self.size - position
-        if truncated:
-            self.fs.truncate(self._handle, position)
-            self.size = position
-        return truncated
+        return None
 
     def truncate_to(self, offset: int) -> int:
         """Remove batches whose last offset is >= `offset`; returns bytes removed."""

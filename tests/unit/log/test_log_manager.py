@@ -85,15 +85,21 @@ def test_unclean_shutdown_recovers_from_recovery_point(fs, clock):
     assert again.get_log("orders", 0).log_end_offset == 3
 
 
-def test_delete_records_before_persists_log_start_across_a_crash(fs, clock):
+def test_delete_records_checkpoints_log_starts_once_per_dir_and_survives_a_crash(fs, clock):
     manager = _manager(fs, clock)
-    log = manager.create_log("orders", 0, LogConfig(), TOPIC_ID)
-    append(log, 5)
-    log.flush()
-    log.delete_records_before(3)
+    logs = [manager.create_log("orders", p, LogConfig(), TOPIC_ID) for p in range(50)]
+    for log in logs:
+        append(log, 5)
+        log.flush()
+    syncs = fs.fsync_count
+    for log in logs:
+        log.delete_records_before(3)
+    assert fs.fsync_count == syncs  # nothing written per partition
+    assert manager.log_start_checkpoint_job([("orders", p) for p in range(50)])() == set()
+    assert fs.fsync_count - syncs == 1  # one checkpoint file for the whole request
     fs.crash()
     again = _manager(fs, clock)
-    assert again.get_log("orders", 0).log_start_offset == 3
+    assert {again.get_log("orders", p).log_start_offset for p in range(50)} == {3}
 
 
 def test_retention_by_time_deletes_old_segments_and_rolls_active(fs, clock):
@@ -175,7 +181,8 @@ def test_leftover_delete_dirs_are_removed_at_startup(fs, clock):
     manager.create_log("orders", 0, LogConfig(), TOPIC_ID)
     manager.delete_log("orders", 0)
     fs.crash()
-    _manager(fs, clock)
+    again = _manager(fs, clock)  # the start-up path only finds them; removal runs with the periodic work
+    again.run_retention(clock.time_ms())
     assert [n for n in fs.listdir(LOG_DIR) if n.endswith("-delete")] == []
 
 
@@ -225,3 +232,38 @@ def test_rolled_segments_are_flushed_by_run_flush(fs, clock):
         append(log, 1, value_size=100)
     manager.run_flush(clock.time_ms())
     assert log.recovery_point == log.segments[-1].base_offset > 0
+
+
+def test_deleting_many_partitions_rewrites_each_checkpoint_once(fs, clock):
+    """Deleting two 5,000-partition topics rewrote and fsynced the checkpoints once per partition (minutes)."""
+    manager = _manager(fs, clock)
+    for p in range(200):
+        append(manager.create_log("orders", p, LogConfig(), TOPIC_ID), 1)
+    syncs = fs.fsync_count
+    writes = []
+    real_rename = fs.rename
+    fs.rename = lambda src, dst: (writes.append(Path(dst).name), real_rename(src, dst))[1]
+    job = manager.delete_logs([("orders", p) for p in range(200)])
+    assert [manager.get_log("orders", p) for p in range(200)] == [None] * 200  # forgotten at once
+    assert fs.fsync_count == syncs and writes == []  # the disk work is all in `run`
+    job()
+    checkpoints = [w for w in writes if not w.endswith("-delete")]
+    assert sorted(checkpoints) == [
+        "log-start-offset-checkpoint", "recovery-point-offset-checkpoint", "replication-offset-checkpoint",
+    ]  # fmt: skip
+    assert len(writes) - len(checkpoints) == 200
+    assert fs.fsync_count - syncs == 3  # the three checkpoint files
+
+
+def test_flushed_records_of_rolled_segments_survive_a_power_cut(fs, clock):
+    """A flush also makes new segment files' names durable (fsync of the partition dir), as Kafka does."""
+    manager = _manager(fs, clock)
+    log = manager.create_log("orders", 0, LogConfig(segment_bytes=300), TOPIC_ID)
+    for _ in range(10):
+        append(log, 1, value_size=100)
+    assert len(log.segments) >= 4
+    log.flush()
+    manager.checkpoint({})
+    fs.crash(drop_unsynced_dir_entries=True)
+    again = _manager(fs, clock)
+    assert again.get_log("orders", 0).log_end_offset == 10

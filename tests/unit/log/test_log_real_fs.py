@@ -51,7 +51,7 @@ def test_unclean_reopen_on_disk_with_torn_tail(tmp_path):
     with open(segment, "ab") as f:
         f.write(b"\x00\x00\x00\x00\x00\x00\x00\x05\x00\x00\x01\x00partial")
     # Simulated kill -9: no shutdown, lock released by "process death".
-    for handle in manager._locks:
+    for handle in manager._locks.values():
         manager.fs.unlock(handle)
     again = LogManager([tmp_path], clock)
     again.startup(broker_id=0, cluster_id="abc")

@@ -210,15 +210,3 @@ def test_epochs_above_recovered_end_are_dropped(fs, clock):
     reopened = open_log(fs, clock, recovery_point=2)
     assert reopened.log_end_offset == 2
     assert reopened.leader_epochs.entries == [(1, 0)]
-
-
-def test_write_failure_leaves_log_consistent(fs, clock):
-    log = open_log(fs, clock)
-    append(log, 2)
-    fs.fail_next("append")
-    try:
-        append(log, 2)
-    except OSError:
-        pass
-    assert log.log_end_offset == 2
-    assert append(log, 1).base_offset == 2
