@@ -54,18 +54,27 @@ def main(argv: list[str] | None = None) -> int:
 
 async def _run(config) -> int:
     from broker_runtime.broker import Broker
+    from broker_runtime.cluster.metadata_store import MetadataFileError
+    from broker_runtime.log.log_manager import LogDirError
 
-    broker = Broker(config)
     try:
+        broker = Broker(config)
         await broker.start()
-    except OSError as exc:
+    except (OSError, LogDirError, MetadataFileError) as exc:
         logging.getLogger("broker_runtime").error("cannot start: %s", exc)
         return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    # Either a signal (controlled shutdown) or a halt (storage failed: exit 1 without a clean shutdown).
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(broker.halted.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for wait in waits:
+        wait.cancel()
+    if broker.halted.is_set():
+        await broker.stop(clean=False)
+        return 1
     await broker.stop()
     return 0
 

@@ -1,15 +1,23 @@
 """The broker: wires configuration, metadata, storage, partitions, coordinators and listeners together,
-and owns the lifecycle (start, periodic housekeeping, controlled shutdown)."""
+and owns the lifecycle (start, periodic housekeeping, controlled shutdown, halting when storage fails).
+
+Slow disk work leaves the event loop: the log manager's `StorageJob`s and metadata saves run on one storage
+thread, in the order they were asked for (so checkpoints and metadata files are written in order), and removing
+deleted partition dirs on another. Admin operations (topic creation and deletion, ...) run to completion even if
+the client that asked goes away, and `stop` waits for them. Appends and reads stay on the loop: they are short,
+and pipelined produce requests must be appended in arrival order.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -25,7 +33,9 @@ from broker_runtime.config import BrokerConfig, ConfigError, message_timestamp_b
 from broker_runtime.errors import KafkaError
 from broker_runtime.group.runtime import GroupCoordinatorRuntime
 from broker_runtime.log.config import LogConfig
-from broker_runtime.log.log_manager import LogManager
+from broker_runtime.log.fs import FileSystem, RealFileSystem
+from broker_runtime.log.log_manager import LogDirError, LogManager, NewLog, StorageJob
+from broker_runtime.log.partition_log import PartitionLog
 from broker_runtime.protocol.records import record_scan_is_compiled, require_native_crc32c
 from broker_runtime.replication.partition import Partition
 from broker_runtime.replication.replica_manager import ReplicaManager
@@ -35,6 +45,7 @@ from broker_runtime.server.listener import Listener
 log = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000
+T = TypeVar("T")
 TOPIC_CODECS = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
@@ -49,7 +60,9 @@ class ProducePolicy:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
+    def __init__(
+        self, config: BrokerConfig, clock: Clock | None = None, fs: FileSystem | None = None
+    ) -> None:
         require_native_crc32c()
         if not record_scan_is_compiled():
             log.warning(
@@ -58,16 +71,25 @@ class Broker:
             )
         self.config = config
         self.clock = clock or Clock()
+        self.fs: FileSystem = fs or RealFileSystem()
         self.broker_id = config.broker_id
         self.bind_address = config.listeners[0]
         advertised = config.advertised_listeners[0]
         self.advertised = BrokerInfo(self.broker_id, advertised.host or "127.0.0.1", advertised.port)
         self.log_dirs = [Path(d) for d in config.log_dirs]
-        self.metadata = StandaloneMetadataStore(self.log_dirs[0], self.advertised)
+        self._storage = ThreadPoolExecutor(1, thread_name_prefix="odradek-storage")
+        self._deleter = ThreadPoolExecutor(1, thread_name_prefix="odradek-deleter")
+        self._operations: set[asyncio.Task] = set()
+        self.metadata = StandaloneMetadataStore(
+            self.log_dirs[0], self.advertised, fs=self.fs, run_blocking=self._save_metadata
+        )
         for entity, values in self.metadata.broker_configs().items():
             if entity in ("", str(self.broker_id)):
                 config.replace_dynamic(values, cluster_default=entity == "")
-        self.log_manager = LogManager(self.log_dirs, self.clock, config_for_topic=self._log_config_for)
+        self.log_manager = LogManager(
+            self.log_dirs, self.clock, self.fs, config_for_topic=self._log_config_for
+        )
+        self.log_manager.on_dir_failure = self._on_log_dir_failure
         self.replica_manager = ReplicaManager(self.broker_id, self.clock, self._min_insync_replicas)
         self.dispatcher = Dispatcher(self, *_handler_table())
         self._listener: Listener | None = None
@@ -78,23 +100,32 @@ class Broker:
         # Produce validation that must decompress (bounded, GIL released) runs here, off the event loop.
         self.record_workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="record-check")
         self.stopped = asyncio.Event()
+        self.halted = (
+            asyncio.Event()
+        )  # storage failed beyond what the broker can serve around: exit, no cleanup
+        self.halt_reason: str | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------------------
 
     async def start(self) -> None:
         self.log_manager.startup(self.broker_id, self.metadata.cluster_id)
+        if self.log_dirs[0] in self.log_manager.offline_dirs:
+            raise LogDirError(f"{self.log_dirs[0]}, which holds the cluster metadata, failed")
+        self._sort_out_unknown_logs()
         topics = self.metadata.topics()
-        for name, index in list(self.log_manager.logs()):
-            topic = topics.get(name)
-            known_id = self.log_manager.topic_ids.get((name, index))
-            if topic is None or index not in topic.partitions or (known_id and known_id != topic.topic_id):
-                # A crash between deleting a topic from metadata and deleting its logs leaves strays.
-                log.warning("deleting stray log %s-%d: its topic no longer exists", name, index)
-                self.log_manager.delete_log(name, index)
-        for topic in topics.values():
-            for index, assignment in topic.partitions.items():
-                if self.broker_id in assignment.replicas:
-                    self._host_partition(topic, index, assignment)
+        hosted = [
+            (t, i, a)
+            for t in topics.values()
+            for i, a in t.partitions.items()
+            if self.broker_id in a.replicas
+        ]
+        # Logs missing for partitions that should exist (a crash came between saving a new topic and creating its
+        # logs), created here unless a log dir is offline: the log may be there.
+        self.log_manager.create_logs(
+            [NewLog(t.name, i, self.topic_log_config(t), t.topic_id) for t, i, _ in hosted], is_new=False
+        )()
+        for topic, index, assignment in hosted:
+            self._host_partition(topic, index, assignment, self.log_manager.get_log(topic.name, index))
         self._start_coordinators()
         self._listener = Listener(self.dispatcher, self.bind_address, self.config["socket.request.max.bytes"])
         await self._listener.start()
@@ -117,18 +148,80 @@ class Broker:
         assert self._listener is not None
         return self._listener.port
 
-    async def stop(self) -> None:
+    async def stop(self, *, clean: bool = True) -> None:
+        """Controlled shutdown; `clean=False` after a halt: no flushes, checkpoints or clean-shutdown markers,
+        so that the next start recovers every log."""
         log.info("broker %d shutting down", self.broker_id)
         if self._listener is not None:
             await self._listener.stop()
         for task in self._housekeeping:
             task.cancel()
+        await asyncio.gather(*self._housekeeping, return_exceptions=True)
         await self._stop_coordinators()
         await self.replica_manager.finish_appends()
         self.record_workers.shutdown()
-        self.log_manager.shutdown(self.replica_manager.high_watermarks())
-        log.info("broker %d shut down cleanly", self.broker_id)
+        while self._operations:  # admin operations and storage jobs finish what they started
+            await asyncio.gather(*self._operations, return_exceptions=True)
+        self._storage.shutdown()
+        self._deleter.shutdown(cancel_futures=True)
+        if clean:
+            self.log_manager.shutdown(self.replica_manager.high_watermarks())
+            log.info("broker %d shut down cleanly", self.broker_id)
         self.stopped.set()
+
+    # --- storage off the event loop, failures -------------------------------------------------------------
+
+    async def run_storage(self, job: StorageJob[Any], *, deleter: bool = False) -> Any:
+        """Run `job.run` on the storage thread (or the deleter's), then `job.finish` here; runs to completion
+        even if the caller is cancelled."""
+        loop = asyncio.get_running_loop()
+        executor = self._deleter if deleter else self._storage
+
+        async def run_then_finish() -> Any:
+            return job.finish(await loop.run_in_executor(executor, job.run))
+
+        return await self._detached(run_then_finish())
+
+    async def _detached(self, operation: Awaitable[T]) -> T:
+        """Await `operation` in a task of its own that finishes even when the request that started it goes away
+        (a client that disconnects mid-way must not leave half a topic behind); `stop` waits for it."""
+        task = asyncio.ensure_future(operation)
+        self._operations.add(task)
+        task.add_done_callback(self._operation_done)
+        return await asyncio.shield(task)
+
+    def _operation_done(self, task: asyncio.Task) -> None:
+        self._operations.discard(task)
+        if not task.cancelled() and not isinstance(task.exception(), (KafkaError, type(None))):
+            log.error("storage operation failed", exc_info=task.exception())
+
+    async def _save_metadata(self, write: Callable[[], None]) -> None:
+        """The metadata store's writes, on the storage thread. A failure there takes its log dir offline, which
+        halts the broker (as Kafka halts when its metadata log dir fails)."""
+        try:
+            await self._detached(asyncio.get_running_loop().run_in_executor(self._storage, write))
+        except OSError as error:
+            self.log_manager.handle_dir_failure(self.log_dirs[0], "saving the cluster metadata", error)
+            raise KafkaError(
+                ErrorCode.kafka_storage_error, f"cannot save the cluster metadata: {error}"
+            ) from error
+
+    def _on_log_dir_failure(self, log_dir: Path, partitions: list[tuple[str, int]]) -> None:
+        """Kafka's ReplicaManager.handleLogDirFailure: the dir's partitions go offline; halt when no dir is left
+        or the failed one holds the cluster metadata."""
+        for topic, index in partitions:
+            self.replica_manager.mark_offline(topic, index)
+        if log_dir == self.log_dirs[0]:
+            self.halt(f"the log dir holding the cluster metadata, {log_dir}, failed")
+        elif not self.log_manager.live_dirs:
+            self.halt(f"every log dir failed ({', '.join(map(str, self.log_dirs))})")
+
+    def halt(self, reason: str) -> None:
+        """Stop serving at once and exit without a clean shutdown (`python -m broker_runtime` exits 1)."""
+        if self.halt_reason is None:
+            self.halt_reason = reason
+            log.critical("halting broker %d: %s", self.broker_id, reason)
+            self.halted.set()
 
     def _start_coordinators(self) -> None:
         """Group coordination arrives with the group package; see broker_runtime/group/runtime.py."""
@@ -139,30 +232,41 @@ class Broker:
         if self.group_coordinator is not None:
             await self.group_coordinator.stop()
 
-    async def _every(self, key: str, action, cap_ms: int | None = None) -> None:
+    async def _every(
+        self, key: str, action: Callable[[], Awaitable[None]], cap_ms: int | None = None
+    ) -> None:
         while True:
             interval = self.config[key]
             if cap_ms is not None:
                 interval = min(interval, cap_ms)
             await asyncio.sleep(max(interval, 10) / 1000)
             try:
-                action()
+                await action()
             except Exception:
                 log.exception("periodic task %s failed", action.__name__)
 
-    def _run_retention(self) -> None:
-        deleted = self.log_manager.run_retention(self.clock.time_ms(), self.replica_manager.high_watermarks())
+    async def _run_retention(self) -> None:
+        now = self.clock.time_ms()
+        deleted = await self.run_storage(
+            self.log_manager.retention_job(now, self.replica_manager.high_watermarks())
+        )
         if deleted:
             log.info("retention deleted %d segments", deleted)
+        await self.run_storage(self.log_manager.remove_deleted_job(now), deleter=True)
 
-    def _expire_producers(self) -> None:
+    async def _expire_producers(self) -> None:
         self.log_manager.expire_producers(self.clock.time_ms(), self.config["producer.id.expiration.ms"])
 
-    def _run_flush(self) -> None:
-        self.log_manager.run_flush(self.clock.time_ms())
+    async def _run_flush(self) -> None:
+        await self.run_storage(self.log_manager.flush_job(self.clock.time_ms()))
 
-    def _checkpoint(self) -> None:
-        self.log_manager.checkpoint(self.replica_manager.high_watermarks())
+    async def _checkpoint(self) -> None:
+        await self.run_storage(self.log_manager.checkpoint_job(self.replica_manager.high_watermarks()))
+
+    async def checkpoint_log_starts(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Persist moved log start offsets (DeleteRecords): one checkpoint per log dir, off the event loop.
+        Partitions whose dir fails are offline afterwards."""
+        await self.run_storage(self.log_manager.log_start_checkpoint_job(partitions))
 
     # --- topics -------------------------------------------------------------------------------------------
 
@@ -194,21 +298,65 @@ class Broker:
             self._produce_policies[topic] = policy
         return policy
 
-    def _host_partition(self, topic: TopicInfo, index: int, assignment: PartitionAssignment) -> Partition:
-        plog = self.log_manager.get_log(topic.name, index)
+    def _host_partition(
+        self, topic: TopicInfo, index: int, assignment: PartitionAssignment, plog: PartitionLog | None
+    ) -> None:
+        """Serve a partition from its log; without one (its log dir is offline) it answers KAFKA_STORAGE_ERROR."""
         if plog is None:
-            plog = self.log_manager.create_log(
-                topic.name, index, self.topic_log_config(topic), topic.topic_id
-            )
+            self.replica_manager.mark_offline(topic.name, index)
+            return
         partition = Partition(
             topic=topic.name, index=index, topic_id=topic.topic_id, log=plog, leader_id=assignment.leader,
             leader_epoch=assignment.leader_epoch, replicas=list(assignment.replicas),
             isr=list(assignment.isr or assignment.replicas), broker_id=self.broker_id,
         )  # fmt: skip
         if partition.is_leader:
-            plog.assign_epoch_start_offset(partition.leader_epoch)
+            try:
+                plog.assign_epoch_start_offset(partition.leader_epoch)
+            except KafkaError:  # its log dir failed just now: the partition is offline
+                return
         self.replica_manager.add_partition(partition)
-        return partition
+
+    async def _host_new_partitions(
+        self, topic: TopicInfo, assignments: Mapping[int, PartitionAssignment]
+    ) -> None:
+        """Create the logs of new partitions off the event loop (with their first leader epoch), then serve them."""
+        specs = [
+            NewLog(topic.name, index, self.topic_log_config(topic), topic.topic_id,
+                   a.leader_epoch if a.leader == self.broker_id else None)
+            for index, a in assignments.items() if self.broker_id in a.replicas
+        ]  # fmt: skip
+        logs = await self.run_storage(self.log_manager.create_logs(specs))
+        current = self.metadata.topics().get(topic.name)
+        if current is None or current.topic_id != topic.topic_id:  # deleted while its logs were being made
+            await self.run_storage(self.log_manager.delete_logs(logs))
+            return
+        for spec in specs:
+            self._host_partition(topic, spec.partition, assignments[spec.partition], logs.get(spec.key))
+
+    def _sort_out_unknown_logs(self) -> None:
+        """At start-up, logs that the metadata does not assign here. A deleted topic's logs (a crash came before
+        they were renamed) are deleted, as Kafka's controller resumes a deletion; any other log is kept aside
+        as `<topic>-<p>.<uuid>-stray` with a warning, never deleted: the metadata may be what is wrong."""
+        topics = self.metadata.topics()
+        deleting = self.metadata.deleting_topic_ids()
+        doomed, strays = [], []
+        for key in self.log_manager.logs():
+            topic = topics.get(key[0])
+            known_id = self.log_manager.topic_ids.get(key)
+            if topic is not None and key[1] in topic.partitions and known_id in (None, topic.topic_id):
+                continue
+            if known_id in deleting:
+                log.info("deleting the log of %s-%d: its topic was deleted before the last shutdown", *key)
+                doomed.append(key)
+            else:
+                strays.append(key)
+        self.log_manager.delete_logs(doomed)()
+        self.log_manager.set_aside_stray_logs(strays)
+        if deleting and not self.log_manager.offline_dirs:
+            for topic_id in deleting:
+                self.metadata.topic_deleted(topic_id)
+            self.metadata.save_now()
 
     def check_new_topic_name(self, name: str) -> None:
         validate_topic_name(name)
@@ -223,7 +371,7 @@ class Broker:
                     f"topic {name!r} collides with existing topic {existing!r} ('.' and '_' are interchangeable)",
                 )
 
-    def create_topic(
+    async def create_topic(
         self,
         name: str,
         num_partitions: int,
@@ -234,7 +382,8 @@ class Broker:
         validate_only: bool = False,
         internal: bool = False,
     ) -> TopicInfo:
-        """Validate everything first, then persist and host; nothing is created when any check fails."""
+        """Validate everything first, then persist and host; nothing is created when any check fails. Returns
+        once the metadata is durable and the logs exist (they are created off the event loop)."""
         self.check_new_topic_name(name)
         broker_ids = [b.broker_id for b in self.metadata.brokers()]
         if assignments:
@@ -271,20 +420,24 @@ class Broker:
         )
         if validate_only:
             return topic
-        self.metadata.create_topic(topic)
-        for index, assignment in topic.partitions.items():
-            if self.broker_id in assignment.replicas:
-                self._host_partition(topic, index, assignment)
+        return await self._detached(self._persist_and_host(topic))
+
+    async def _persist_and_host(self, topic: TopicInfo) -> TopicInfo:
+        await self.metadata.create_topic(topic)  # visible at once, durable when this returns
+        await self._host_new_partitions(topic, topic.partitions)
         log.info(
-            "created topic %s with %d partitions, configs %s", name, len(topic.partitions), clean_configs
+            "created topic %s with %d partitions, configs %s",
+            topic.name,
+            len(topic.partitions),
+            topic.configs,
         )
         return topic
 
-    def maybe_auto_create(self, name: str) -> TopicInfo | None:
+    async def maybe_auto_create(self, name: str) -> TopicInfo | None:
         if not self.config["auto.create.topics.enable"] or name in INTERNAL_TOPICS:
             return None
         try:
-            return self.create_topic(
+            return await self.create_topic(
                 name, -1, min(self.config["default.replication.factor"], len(self.metadata.brokers()))
             )
         except KafkaError as exc:
@@ -292,22 +445,30 @@ class Broker:
                 return self.metadata.topics().get(name)
             raise
 
-    def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str) -> None:
         if not self.config["delete.topic.enable"]:
             raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
         topic = self.metadata.topics().get(name)
         if topic is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
-        self.metadata.delete_topic(name)
+        await self._detached(self._delete_topic(topic))
+
+    async def _delete_topic(self, topic: TopicInfo) -> None:
+        """Forget the topic everywhere now; then its metadata is saved (remembering the deletion until its logs
+        are renamed) and every log dir is rewritten once, off the event loop. Kafka's order."""
+        name = topic.name
         self._produce_policies.pop(name, None)
-        for index in topic.partitions:
-            if self.replica_manager.remove_partition(name, index) is not None:
-                self.log_manager.delete_log(name, index)
+        keys = [(name, index) for index in topic.partitions]
+        for key in keys:
+            self.replica_manager.remove_partition(*key)
         if self.group_coordinator is not None:
-            self.group_coordinator.on_partitions_deleted([(name, index) for index in topic.partitions])
+            self.group_coordinator.on_partitions_deleted(keys)
+        await self.metadata.delete_topic(name)
+        await self.run_storage(self.log_manager.delete_logs(keys))
+        self.metadata.topic_deleted(topic.topic_id)
         log.info("deleted topic %s", name)
 
-    def create_partitions(
+    async def create_partitions(
         self, name: str, count: int, assignments: list[list[int]] | None, validate_only: bool
     ) -> None:
         topic = self.metadata.topics().get(name)
@@ -340,12 +501,15 @@ class Broker:
             p: PartitionAssignment(replicas=r, leader=r[0], leader_epoch=0, isr=list(r))
             for p, r in new.items()
         }
-        self.metadata.add_partitions(name, added)
-        for index, assignment in added.items():
-            if self.broker_id in assignment.replicas:
-                self._host_partition(topic, index, assignment)
+        await self._detached(self._add_partitions(topic, added))
 
-    def set_topic_configs(self, name: str, configs: Mapping[str, str], validate_only: bool = False) -> None:
+    async def _add_partitions(self, topic: TopicInfo, added: dict[int, PartitionAssignment]) -> None:
+        await self.metadata.add_partitions(topic.name, added)
+        await self._host_new_partitions(topic, added)
+
+    async def set_topic_configs(
+        self, name: str, configs: Mapping[str, str], validate_only: bool = False
+    ) -> None:
         topic = self.metadata.topics().get(name)
         if topic is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
@@ -355,11 +519,12 @@ class Broker:
             raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
         if validate_only:
             return
-        self.metadata.set_topic_configs(name, clean)
+        saved = self.metadata.set_topic_configs(name, clean)  # in memory now, durable once awaited
         self._produce_policies.pop(name, None)
         self.log_manager.update_config(name, self.topic_log_config(topic))
+        await self._detached(saved)
 
-    def set_broker_configs(
+    async def set_broker_configs(
         self, entity: str, configs: Mapping[str, str], validate_only: bool = False
     ) -> None:
         """Replace the dynamic configs of this broker (entity = its id) or the cluster default (entity = "")."""
@@ -372,17 +537,18 @@ class Broker:
             self.config.replace_dynamic(configs, cluster_default=cluster_default)
         except ConfigError as exc:
             raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
-        self.metadata.set_broker_configs(entity, configs)
+        saved = self.metadata.set_broker_configs(entity, configs)  # in memory now, durable once awaited
         self._produce_policies.clear()
         for topic in self.metadata.topics().values():
             self.log_manager.update_config(topic.name, self.topic_log_config(topic))
+        await self._detached(saved)
 
     # --- producer ids -------------------------------------------------------------------------------------
 
-    def next_producer_id(self) -> int:
+    async def next_producer_id(self) -> int:
         for pid in self._producer_ids:
             return pid
-        start = self.metadata.allocate_producer_id_block(PRODUCER_ID_BLOCK)
+        start = await self._detached(self.metadata.allocate_producer_id_block(PRODUCER_ID_BLOCK))
         self._producer_ids = iter(range(start + 1, start + PRODUCER_ID_BLOCK))
         return start
 

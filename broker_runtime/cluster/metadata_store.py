@@ -1,19 +1,32 @@
 """Cluster metadata behind one interface: topics, partition assignments, configs, brokers, producer ids.
 
-`StandaloneMetadataStore` keeps a single broker's metadata in a JSON file in its first log dir, written
-atomically (temp file, fsync, rename). A ZooKeeper-backed store with Kafka's znode layout implements the same
-interface for clusters.
+`StandaloneMetadataStore` keeps a single broker's metadata in a JSON file in its first log dir, through the log's
+filesystem seam: written to a temp file, fsynced, renamed over the old one, and the directory fsynced, so that a
+power cut leaves the old or the new file, never a lost rename. Reads are in memory. A change is applied in memory
+when the method is called (so concurrent requests see it), and the write of the whole file starts then too; the
+returned awaitable completes once it is durable. Writes run through `run_blocking` (the broker passes its storage
+thread), in the order of the changes. A ZooKeeper-backed store with Kafka's znode layout
+will implement the same interface for clusters.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
-import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from broker_runtime.log.fs import FileSystem, RealFileSystem, read_whole, write_atomically
+
+RunBlocking = Callable[[Callable[[], None]], Awaitable[None]]
+
+
+class MetadataFileError(Exception):
+    """The metadata file exists but cannot be read; the message names it."""
 
 
 @dataclass
@@ -47,29 +60,41 @@ class MetadataStore(Protocol):
     def brokers(self) -> list[BrokerInfo]: ...
     def controller_id(self) -> int: ...
     def topics(self) -> Mapping[str, TopicInfo]: ...
-    def create_topic(self, topic: TopicInfo) -> None: ...
-    def delete_topic(self, name: str) -> None: ...
-    def add_partitions(self, name: str, new: Mapping[int, PartitionAssignment]) -> None: ...
-    def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None: ...
     def broker_configs(self) -> dict[str, dict[str, str]]: ...
-    def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None: ...
-    def allocate_producer_id_block(self, size: int) -> int: ...
+    def deleting_topic_ids(self) -> set[uuid.UUID]: ...
+    def create_topic(self, topic: TopicInfo) -> Awaitable[None]: ...
+    def delete_topic(self, name: str) -> Awaitable[None]: ...
+    def topic_deleted(self, topic_id: uuid.UUID) -> None: ...
+    def add_partitions(self, name: str, new: Mapping[int, PartitionAssignment]) -> Awaitable[None]: ...
+    def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> Awaitable[None]: ...
+    def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> Awaitable[None]: ...
+    def allocate_producer_id_block(self, size: int) -> Awaitable[int]: ...
+
+
+async def _run_inline(write: Callable[[], None]) -> None:
+    write()
 
 
 class StandaloneMetadataStore:
     FILE_NAME = "odradek-metadata.json"
 
-    def __init__(self, directory: Path, broker: BrokerInfo) -> None:
-        self._path = Path(directory) / self.FILE_NAME
+    def __init__(self, directory: Path, broker: BrokerInfo, *, fs: FileSystem | None = None,
+                 run_blocking: RunBlocking = _run_inline) -> None:  # fmt: skip
+        self._fs: FileSystem = fs if fs is not None else RealFileSystem()
+        self._dir = Path(directory)
+        self._path = self._dir / self.FILE_NAME
         self._broker = broker
+        self._run_blocking = run_blocking
         self._topics: dict[str, TopicInfo] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._deleting: set[uuid.UUID] = set()  # deleted topics whose logs may still be on disk
         self._next_producer_id = 0
-        if self._path.exists():
+        self._fs.mkdir(self._dir)
+        if self._fs.exists(self._path):
             self._load()
         else:
             self.cluster_id = _new_cluster_id()
-            self._save()
+            self.save_now()
 
     # --- reads --------------------------------------------------------------------------------------------
 
@@ -85,59 +110,79 @@ class StandaloneMetadataStore:
     def broker_configs(self) -> dict[str, dict[str, str]]:
         return {k: dict(v) for k, v in self._broker_configs.items()}
 
+    def deleting_topic_ids(self) -> set[uuid.UUID]:
+        """Topics deleted from metadata whose logs may not all be renamed for deletion yet (a crash came
+        between): the start-up deletes their logs, as Kafka's controller resumes /admin/delete_topics."""
+        return set(self._deleting)
+
     # --- writes -------------------------------------------------------------------------------------------
 
-    def create_topic(self, topic: TopicInfo) -> None:
+    def create_topic(self, topic: TopicInfo) -> Awaitable[None]:
         self._topics[topic.name] = topic
-        self._save()
+        return self._save()
 
-    def delete_topic(self, name: str) -> None:
-        del self._topics[name]
-        self._save()
+    def delete_topic(self, name: str) -> Awaitable[None]:
+        topic = self._topics.pop(name)
+        self._deleting.add(topic.topic_id)
+        return self._save()
 
-    def add_partitions(self, name: str, new: Mapping[int, PartitionAssignment]) -> None:
+    def topic_deleted(self, topic_id: uuid.UUID) -> None:
+        """The topic's logs are renamed for deletion; the next save forgets it."""
+        self._deleting.discard(topic_id)
+
+    def add_partitions(self, name: str, new: Mapping[int, PartitionAssignment]) -> Awaitable[None]:
         self._topics[name].partitions.update(new)
-        self._save()
+        return self._save()
 
-    def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+    def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> Awaitable[None]:
         self._topics[name].configs = dict(configs)
-        self._save()
+        return self._save()
 
-    def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+    def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> Awaitable[None]:
         if configs:
             self._broker_configs[entity] = dict(configs)
         else:
             self._broker_configs.pop(entity, None)
-        self._save()
+        return self._save()
 
-    def allocate_producer_id_block(self, size: int) -> int:
+    def allocate_producer_id_block(self, size: int) -> Awaitable[int]:
         start = self._next_producer_id
         self._next_producer_id += size
-        self._save()
-        return start
+        saved = self._save()
+
+        async def durable() -> int:
+            await saved
+            return start
+
+        return asyncio.ensure_future(durable())
 
     # --- persistence --------------------------------------------------------------------------------------
 
     def _load(self) -> None:
-        data = json.loads(self._path.read_text())
-        self.cluster_id = data["cluster_id"]
-        self._next_producer_id = data.get("next_producer_id", 0)
-        self._broker_configs = data.get("broker_configs", {})
-        for t in data.get("topics", []):
-            self._topics[t["name"]] = TopicInfo(
-                name=t["name"],
-                topic_id=uuid.UUID(t["topic_id"]),
-                partitions={int(p): PartitionAssignment(**a) for p, a in t["partitions"].items()},
-                configs=t.get("configs", {}),
-                internal=t.get("internal", False),
-            )
+        try:
+            data = json.loads(read_whole(self._fs, self._path))
+            self.cluster_id = data["cluster_id"]
+            self._next_producer_id = data.get("next_producer_id", 0)
+            self._broker_configs = data.get("broker_configs", {})
+            self._deleting = {uuid.UUID(t) for t in data.get("deleting_topic_ids", [])}
+            for t in data.get("topics", []):
+                self._topics[t["name"]] = TopicInfo(
+                    name=t["name"],
+                    topic_id=uuid.UUID(t["topic_id"]),
+                    partitions={int(p): PartitionAssignment(**a) for p, a in t["partitions"].items()},
+                    configs=t.get("configs", {}),
+                    internal=t.get("internal", False),
+                )
+        except (ValueError, KeyError, TypeError) as error:
+            raise MetadataFileError(f"{self._path}: cannot read the cluster metadata: {error!r}") from None
 
-    def _save(self) -> None:
+    def _serialize(self) -> bytes:
         data = {
             "version": 1,
             "cluster_id": self.cluster_id,
             "next_producer_id": self._next_producer_id,
             "broker_configs": self._broker_configs,
+            "deleting_topic_ids": sorted(str(t) for t in self._deleting),
             "topics": [
                 {
                     "name": t.name,
@@ -149,17 +194,18 @@ class StandaloneMetadataStore:
                 for t in self._topics.values()
             ],
         }
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path)
+        return json.dumps(data, indent=1, sort_keys=True).encode()
+
+    def save_now(self) -> None:
+        """Write the file in place (start-up)."""
+        write_atomically(self._fs, self._path, self._serialize())
+
+    def _save(self) -> asyncio.Future[None]:
+        # Serialized now; the tasks start in creation order, so the writes are queued in the order of the changes.
+        data = self._serialize()
+        return asyncio.ensure_future(self._run_blocking(lambda: write_atomically(self._fs, self._path, data)))
 
 
 def _new_cluster_id() -> str:
     """Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding (22 characters)."""
-    import base64
-
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

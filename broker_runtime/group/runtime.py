@@ -87,6 +87,7 @@ class GroupCoordinatorRuntime:
         self._shards: dict[int, ShardHandle] = {}
         self._wakeup = asyncio.Event()
         self._timer_task: asyncio.Task | None = None
+        self._offsets_topic_creation: asyncio.Task | None = None
         self._active = False
 
     # --- lifecycle ----------------------------------------------------------------------------------------
@@ -385,14 +386,22 @@ class GroupCoordinatorRuntime:
     # --- the topic ----------------------------------------------------------------------------------------------
 
     def ensure_offsets_topic(self) -> bool:
-        """Create `__consumer_offsets` if it is missing; True when it exists (now or already)."""
+        """True when `__consumer_offsets` exists; otherwise start creating it (its logs are made off the event
+        loop) and return False: the client retries FindCoordinator."""
+        creating = self._offsets_topic_creation
+        if creating is not None and not creating.done():
+            return False
         if OFFSETS_TOPIC in self.broker.metadata.topics():
             return True
+        self._offsets_topic_creation = asyncio.get_running_loop().create_task(self._create_offsets_topic())
+        return False
+
+    async def _create_offsets_topic(self) -> None:
         config = self.broker.config
         live_brokers = len(self.broker.metadata.brokers())
         replication = max(1, min(config["offsets.topic.replication.factor"], live_brokers))
         try:
-            self.broker.create_topic(
+            await self.broker.create_topic(
                 OFFSETS_TOPIC,
                 config["offsets.topic.num.partitions"],
                 replication,
@@ -406,9 +415,8 @@ class GroupCoordinatorRuntime:
         except KafkaError as exc:
             if exc.error_code is not ErrorCode.topic_already_exists:
                 log.error("cannot create %s: %s", OFFSETS_TOPIC, exc.message or exc.error_code.name)
-            return False
+            return
         log.info("created %s with replication factor %d", OFFSETS_TOPIC, replication)
-        return False
 
 
 def iter_key_values(data: Any, header: Any) -> Iterator[tuple[int, bytes | None, bytes | None]]:

@@ -47,6 +47,12 @@ async def handle_describe_log_dirs(ctx: RequestContext, request) -> object:
             types.DescribeLogDirsResult, error_code=ErrorCode.none, log_dir=log_dir,
             topics=tuple(make(types.DescribeLogDirsTopic, name=n, partitions=tuple(ps)) for n, ps in by_topic.items()),
         ))  # fmt: skip
+    for log_dir in sorted(
+        broker.log_manager.offline_dirs
+    ):  # as Kafka: the dir, with its error, and no topics
+        results.append(make(
+            types.DescribeLogDirsResult, error_code=ErrorCode.kafka_storage_error, log_dir=str(log_dir), topics=(),
+        ))  # fmt: skip
     return make(types.DescribeLogDirsResponse, throttle_time=_ZERO, results=tuple(results))
 
 
@@ -61,5 +67,5 @@ async def handle_init_producer_id(ctx: RequestContext, request) -> object:
         )  # fmt: skip
     return make(
         types.InitProducerIdResponse, throttle_time=_ZERO, error_code=ErrorCode.none,
-        producer_id=ctx.broker.next_producer_id(), producer_epoch=0,
+        producer_id=await ctx.broker.next_producer_id(), producer_epoch=0,
     )  # fmt: skip

@@ -89,15 +89,15 @@ async def handle_describe_configs(ctx: RequestContext, request) -> object:
     return make(types.DescribeConfigsResponse, throttle_time=_ZERO, results=tuple(results))
 
 
-def _apply(
+async def _apply(
     ctx: RequestContext, resource_type: int, resource_name: str, configs: dict[str, str], validate_only: bool
 ):
     broker = ctx.broker
     if resource_type == TOPIC:
         _topic(ctx, resource_name)
-        broker.set_topic_configs(resource_name, configs, validate_only)
+        await broker.set_topic_configs(resource_name, configs, validate_only)
     elif resource_type == BROKER:
-        broker.set_broker_configs(_broker_entity(ctx, resource_name), configs, validate_only)
+        await broker.set_broker_configs(_broker_entity(ctx, resource_name), configs, validate_only)
     else:
         raise KafkaError(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
 
@@ -125,7 +125,7 @@ async def handle_alter_configs(ctx: RequestContext, request) -> object:
     for res in request.resources:
         try:
             configs = {c.name: c.value for c in res.configs if c.value is not None}
-            _apply(ctx, res.resource_type, res.resource_name, configs, request.validate_only)
+            await _apply(ctx, res.resource_type, res.resource_name, configs, request.validate_only)
             results.append((ErrorCode.none, None, res.resource_type, res.resource_name))
         except KafkaError as exc:
             results.append((exc.error_code, exc.message, res.resource_type, res.resource_name))
@@ -138,7 +138,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request) -> obje
     for res in request.resources:
         try:
             configs = _incremental(ctx, res)
-            _apply(ctx, res.resource_type, res.resource_name, configs, request.validate_only)
+            await _apply(ctx, res.resource_type, res.resource_name, configs, request.validate_only)
             results.append((ErrorCode.none, None, res.resource_type, res.resource_name))
         except KafkaError as exc:
             results.append((exc.error_code, exc.message, res.resource_type, res.resource_name))

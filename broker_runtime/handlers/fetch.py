@@ -54,9 +54,8 @@ def _read_once(ctx: RequestContext, request):
             partition = rm.get_partition(name, fp.partition)
             try:
                 if partition is None:
-                    if name in topics_meta and fp.partition in topics_meta[name].partitions:
-                        raise KafkaError(ErrorCode.not_leader_or_follower)
-                    raise KafkaError(ErrorCode.unknown_topic_or_partition)
+                    exists = name in topics_meta and fp.partition in topics_meta[name].partitions
+                    raise rm.not_hosted_error(name, fp.partition, exists=exists)
                 partition.require_leader()
                 partition.check_leader_epoch(getattr(fp, "current_leader_epoch", -1))
                 if ctx.api_version < 10 and broker.produce_policy(name).codec == CODEC_ZSTD:

@@ -47,7 +47,7 @@ async def handle_metadata(ctx: RequestContext, request) -> object:
                 error = exc.error_code
             if allow_auto_create and error == ErrorCode.unknown_topic_or_partition:
                 try:
-                    info = broker.maybe_auto_create(name)
+                    info = await broker.maybe_auto_create(name)
                     error = None if info else ErrorCode.unknown_topic_or_partition
                 except KafkaError as exc:
                     error = exc.error_code
@@ -58,13 +58,8 @@ async def handle_metadata(ctx: RequestContext, request) -> object:
             ))  # fmt: skip
             continue
         partitions = tuple(
-            make(
-                types.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=index,
-                leader_id=a.leader, leader_epoch=a.leader_epoch, replica_nodes=tuple(a.replicas),
-                isr_nodes=tuple(a.isr), offline_replicas=(),
-            )
-            for index, a in sorted(info.partitions.items())
-        )  # fmt: skip
+            _partition(types, broker, info.name, index, a) for index, a in sorted(info.partitions.items())
+        )
         topic_results.append(make(
             types.MetadataResponseTopic, error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id,
             is_internal=info.internal, partitions=partitions,
@@ -81,3 +76,19 @@ async def handle_metadata(ctx: RequestContext, request) -> object:
         controller_id=broker.metadata.controller_id(),
         topics=tuple(topic_results),
     )
+
+
+def _partition(types, broker, topic: str, index: int, a) -> object:
+    """A partition whose log dir failed has no leader until a restart, as Kafka's controller elects none when
+    the only replica's dir is offline: LEADER_NOT_AVAILABLE, this broker listed as an offline replica."""
+    if broker.replica_manager.is_offline(topic, index):
+        return make(
+            types.MetadataResponsePartition, error_code=ErrorCode.leader_not_available, partition_index=index,
+            leader_id=-1, leader_epoch=a.leader_epoch, replica_nodes=tuple(a.replicas),
+            isr_nodes=tuple(r for r in a.isr if r != broker.broker_id), offline_replicas=(broker.broker_id,),
+        )  # fmt: skip
+    return make(
+        types.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=index,
+        leader_id=a.leader, leader_epoch=a.leader_epoch, replica_nodes=tuple(a.replicas),
+        isr_nodes=tuple(a.isr), offline_replicas=(),
+    )  # fmt: skip

@@ -16,12 +16,13 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
 def _leader(ctx: RequestContext, topic: str, index: int) -> Partition:
-    partition = ctx.broker.replica_manager.get_partition(topic, index)
+    replica_manager = ctx.broker.replica_manager
+    partition = replica_manager.get_partition(topic, index)
     if partition is None:
         info = ctx.broker.metadata.topics().get(topic)
-        if info is not None and index in info.partitions:
-            raise KafkaError(ErrorCode.not_leader_or_follower)
-        raise KafkaError(ErrorCode.unknown_topic_or_partition)
+        raise replica_manager.not_hosted_error(
+            topic, index, exists=info is not None and index in info.partitions
+        )
     partition.require_leader()
     return partition
 
@@ -93,9 +94,8 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request) -> object
 
 async def handle_delete_records(ctx: RequestContext, request) -> object:
     types = ctx.response_types()
-    topics = []
+    outcomes: dict[tuple[str, int], int | KafkaError] = {}
     for t in request.topics:
-        parts = []
         for p in t.partitions:
             try:
                 partition = _leader(ctx, t.name, p.partition_index)
@@ -105,15 +105,30 @@ async def handle_delete_records(ctx: RequestContext, request) -> object:
                         ErrorCode.offset_out_of_range,
                         f"offset {offset} is outside [0, high watermark {partition.high_watermark}]",
                     )
-                low = partition.log.delete_records_before(offset)
-                parts.append(make(
-                    types.DeleteRecordsPartitionResult, partition_index=p.partition_index, low_watermark=low,
-                    error_code=ErrorCode.none,
-                ))  # fmt: skip
+                outcomes[(t.name, p.partition_index)] = partition.log.delete_records_before(offset)
             except KafkaError as exc:
+                outcomes[(t.name, p.partition_index)] = exc
+    # One checkpoint per log dir for the whole request, written off the event loop, before answering.
+    moved = [key for key, outcome in outcomes.items() if not isinstance(outcome, KafkaError)]
+    if moved:
+        await ctx.broker.checkpoint_log_starts(moved)
+        for key in moved:
+            if ctx.broker.replica_manager.is_offline(*key):
+                outcomes[key] = ctx.broker.replica_manager.not_hosted_error(*key, exists=True)
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            outcome = outcomes[(t.name, p.partition_index)]
+            if isinstance(outcome, KafkaError):
                 parts.append(make(
                     types.DeleteRecordsPartitionResult, partition_index=p.partition_index, low_watermark=-1,
-                    error_code=exc.error_code,
+                    error_code=outcome.error_code,
+                ))  # fmt: skip
+            else:
+                parts.append(make(
+                    types.DeleteRecordsPartitionResult, partition_index=p.partition_index, low_watermark=outcome,
+                    error_code=ErrorCode.none,
                 ))  # fmt: skip
         topics.append(make(types.DeleteRecordsTopicResult, name=t.name, partitions=tuple(parts)))
     return make(types.DeleteRecordsResponse, throttle_time=_ZERO, topics=tuple(topics))

@@ -101,7 +101,7 @@ def _append(ctx: RequestContext, name: str, index: int, records: bytes | None, a
         raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{name}-{index} does not exist")
     partition = broker.replica_manager.get_partition(name, index)
     if partition is None:
-        raise KafkaError(ErrorCode.not_leader_or_follower, f"{name}-{index} is not hosted here")
+        raise broker.replica_manager.not_hosted_error(name, index, exists=True)
     if topic.internal:
         raise KafkaError(ErrorCode.invalid_topic_exception, f"cannot append to internal topic {name}")
     if records is None:

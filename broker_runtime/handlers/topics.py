@@ -35,7 +35,7 @@ async def handle_create_topics(ctx: RequestContext, request) -> object:
                     ErrorCode.invalid_request,
                     "both manual assignments and a partition count or replication factor were given",
                 )
-            info = broker.create_topic(
+            info = await broker.create_topic(
                 t.name, t.num_partitions, t.replication_factor, {c.name: c.value for c in t.configs},
                 assignments=assignments, validate_only=request.validate_only,
             )  # fmt: skip
@@ -77,7 +77,7 @@ async def handle_delete_topics(ctx: RequestContext, request) -> object:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"no topic has id {topic_id}")
             info = broker.metadata.topics().get(name)
             resolved_id = info.topic_id if info else ZERO_UUID
-            broker.delete_topic(name)
+            await broker.delete_topic(name)
             results.append(make(
                 types.DeletableTopicResult, name=name, topic_id=resolved_id, error_code=ErrorCode.none,
                 error_message=None,
@@ -102,7 +102,7 @@ async def handle_create_partitions(ctx: RequestContext, request) -> object:
                     ErrorCode.invalid_request, f"topic {t.name!r} appears more than once in the request"
                 )
             assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
-            broker.create_partitions(t.name, t.count, assignments, request.validate_only)
+            await broker.create_partitions(t.name, t.count, assignments, request.validate_only)
             results.append(make(types.CreatePartitionsTopicResult, name=t.name, error_code=ErrorCode.none))
         except KafkaError as exc:
             results.append(make(

@@ -24,6 +24,7 @@ class ReplicaManager:
         self._clock = clock
         self._min_insync = min_insync_replicas
         self._partitions: dict[tuple[str, int], Partition] = {}
+        self._offline: set[tuple[str, int]] = set()  # hosted here, but their log dir failed
         self._listeners: list[LeadershipListener] = []
 
     # --- partitions ---------------------------------------------------------------------------------------
@@ -38,12 +39,31 @@ class ReplicaManager:
             self._notify(partition.topic, partition.index, True, partition.leader_epoch)
 
     def remove_partition(self, topic: str, index: int) -> Partition | None:
+        self._offline.discard((topic, index))
         partition = self._partitions.pop((topic, index), None)
         if partition is not None:
             partition.wake_waiters()
             if partition.is_leader:
                 self._notify(topic, index, False, partition.leader_epoch)
         return partition
+
+    def mark_offline(self, topic: str, index: int) -> None:
+        """The partition's log dir failed (Kafka's HostedPartition.Offline): it is served no more, and requests
+        for it answer KAFKA_STORAGE_ERROR until a restart recovers it."""
+        self.remove_partition(topic, index)
+        self._offline.add((topic, index))
+
+    def is_offline(self, topic: str, index: int) -> bool:
+        return (topic, index) in self._offline
+
+    def not_hosted_error(self, topic: str, index: int, *, exists: bool) -> KafkaError:
+        """The error for a partition this broker does not serve (Kafka's getPartitionOrError): offline,
+        not a replica here (`exists` in the metadata), or unknown."""
+        if (topic, index) in self._offline:
+            return KafkaError(ErrorCode.kafka_storage_error, f"{topic}-{index} is in an offline log dir")
+        if exists:
+            return KafkaError(ErrorCode.not_leader_or_follower, f"{topic}-{index} is not hosted here")
+        return KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{index} does not exist")
 
     def add_leadership_listener(self, fn: LeadershipListener) -> None:
         self._listeners.append(fn)
@@ -66,7 +86,7 @@ class ReplicaManager:
     def leader_partition(self, topic: str, index: int) -> Partition:
         partition = self._partitions.get((topic, index))
         if partition is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition)
+            raise self.not_hosted_error(topic, index, exists=False)
         partition.require_leader()
         return partition
 
