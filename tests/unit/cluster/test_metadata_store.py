@@ -82,5 +82,5 @@ def test_a_damaged_metadata_file_stops_the_start_with_its_name(fs):
     StandaloneMetadataStore(LOG_DIR, BROKER, fs=fs)
     path = LOG_DIR / StandaloneMetadataStore.FILE_NAME
     fs.files[path].data[10:] = b"}"
-    with pytest.raises(MetadataFileError, match="odradek-metadata.json"):
+    with pytest.raises(MetadataFileError, match=r"odradek-metadata\.json"):
         StandaloneMetadataStore(LOG_DIR, BROKER, fs=fs)

@@ -64,7 +64,7 @@ def test_a_flipped_byte_in_an_oversized_first_batch_is_caught_too(fs, clock):
 
 def test_a_damaged_index_entry_does_not_make_offsets_vanish(fs, clock, caplog):
     """An index entry pointing at a later batch made a fetch at 500 answer from 1020 on: 520 offsets skipped."""
-    log = _closed_log(fs, clock, batches=200)
+    _closed_log(fs, clock, batches=200)
     positions = _batch_positions(fs)
     index = fs.files[INDEX].data
     entries = [(int.from_bytes(index[i : i + 4], "big"), i) for i in range(0, len(index), 8)]
