@@ -239,7 +239,7 @@ class Broker:
             interval = self.config[key]
             if cap_ms is not None:
                 interval = min(interval, cap_ms)
-            await asyncio.sleep(max(interval, 10) / 1000)
+            await self.clock.sleep_ms(max(interval, 10))
             try:
                 await action()
             except Exception:

@@ -203,7 +203,7 @@ class GroupCoordinatorRuntime:
         except Exception:
             # Clients see COORDINATOR_LOAD_IN_PROGRESS and retry; try again from scratch shortly.
             log.exception("loading %s-%d failed; retrying in 1 s", OFFSETS_TOPIC, handle.partition)
-            await asyncio.sleep(1)
+            await self.clock.sleep_ms(1000)
             if self._shards.get(handle.partition) is handle:
                 handle.shard = GroupCoordinatorShard(handle.partition, self.config, self.clock)
                 handle.tasks.append(asyncio.get_running_loop().create_task(self._load(handle)))
@@ -357,15 +357,11 @@ class GroupCoordinatorRuntime:
             now = self.clock.monotonic_ms()
             deadlines = [d for h in self._shards.values() if h.status is ShardStatus.ACTIVE
                          if (d := h.shard.next_deadline()) is not None]  # fmt: skip
-            timeout = max(min(deadlines) - now, 0) / 1000 if deadlines else None
-            if timeout is None or timeout > 0:
+            timeout_ms = max(min(deadlines) - now, 0) if deadlines else None
+            if timeout_ms is None or timeout_ms > 0:
                 # Not asyncio.wait_for: on Python 3.11 it can swallow a cancellation that races with the event,
                 # and then stop() would wait for this task forever.
-                alarm = (
-                    None
-                    if timeout is None
-                    else asyncio.get_running_loop().call_later(timeout, self._wakeup.set)
-                )
+                alarm = None if timeout_ms is None else self.clock.call_later_ms(timeout_ms, self._wakeup.set)
                 try:
                     await self._wakeup.wait()
                 finally:

@@ -7,7 +7,6 @@ which tells clients to keep sending full fetch requests.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 
 from kio.schema.errors import ErrorCode
@@ -23,16 +22,15 @@ READ_COMMITTED = 1
 
 async def handle_fetch(ctx: RequestContext, request) -> object:
     broker = ctx.broker
-    loop = asyncio.get_running_loop()
-    max_wait_s = max(request.max_wait.total_seconds(), 0.0)
-    deadline = loop.time() + max_wait_s
+    clock = broker.clock
+    deadline = clock.monotonic_ms() + max(request.max_wait.total_seconds() * 1000, 0.0)
     while True:
         response, total_bytes, watched, had_error = _read_once(ctx, request)
-        remaining = deadline - loop.time()
-        if total_bytes >= request.min_bytes or had_error or remaining <= 0 or not watched:
+        remaining_ms = deadline - clock.monotonic_ms()
+        if total_bytes >= request.min_bytes or had_error or remaining_ms <= 0 or not watched:
             return response
-        await broker.replica_manager.wait_for_data(watched, remaining)
-        if loop.time() >= deadline:
+        await broker.replica_manager.wait_for_data(watched, remaining_ms)
+        if clock.monotonic_ms() >= deadline:
             return _read_once(ctx, request)[0]
 
 

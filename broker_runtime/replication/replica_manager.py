@@ -134,32 +134,27 @@ class ReplicaManager:
         return result
 
     async def _wait_for_high_watermark(self, partition: Partition, offset: int, timeout_ms: int) -> None:
+        deadline = self._clock.monotonic_ms() + timeout_ms
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
         while partition.high_watermark < offset:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            remaining_ms = deadline - self._clock.monotonic_ms()
+            if remaining_ms <= 0:
                 raise KafkaError(ErrorCode.request_timed_out, "timed out waiting for in-sync replicas")
             future = loop.create_future()
             partition.add_waiter(future)
             try:
-                await asyncio.wait_for(future, remaining)
-            except TimeoutError:
-                pass
+                await self._clock.wait_ms(future, remaining_ms)
             finally:
                 partition.remove_waiter(future)
 
-    async def wait_for_data(self, partitions: Iterable[Partition], timeout_s: float) -> None:
+    async def wait_for_data(self, partitions: Iterable[Partition], timeout_ms: float) -> None:
         """Return when any of the partitions gets new data (or its high watermark moves), or on timeout."""
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future = asyncio.get_running_loop().create_future()
         watched = list(partitions)
         for p in watched:
             p.add_waiter(future)
         try:
-            await asyncio.wait_for(future, timeout_s)
-        except TimeoutError:
-            pass
+            await self._clock.wait_ms(future, timeout_ms)
         finally:
             for p in watched:
                 p.remove_waiter(future)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker_runtime.clock import Clock
+from broker_runtime.clock import Clock, ManualClock
 from broker_runtime.errors import KafkaError
 from broker_runtime.group.api import (
     CommitPartition,
@@ -112,8 +112,8 @@ class FakeMetadata:
 
 
 class FakeBroker:
-    def __init__(self) -> None:
-        self.clock = Clock()
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
         self.config = {
             "group.min.session.timeout.ms": 10,
             "group.max.session.timeout.ms": 60_000,
@@ -142,8 +142,8 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 20))
 
 
-async def started() -> tuple[FakeBroker, GroupCoordinatorRuntime]:
-    broker = FakeBroker()
+async def started(clock: Clock | None = None) -> tuple[FakeBroker, GroupCoordinatorRuntime]:
+    broker = FakeBroker(clock or Clock())
     runtime = GroupCoordinatorRuntime(broker)
     runtime.start()
     return broker, runtime
@@ -250,7 +250,8 @@ def test_losing_leadership_mid_append_answers_not_coordinator() -> None:
 
 def test_the_timer_task_completes_joins_and_ends_silent_sessions() -> None:
     async def scenario():
-        broker, runtime = await started()
+        clock = ManualClock()
+        broker, runtime = await started(clock)
         group = group_on(1)
         broker.replica_manager.lead(1)
         await until(lambda: runtime.active_shards(), "the shard")
@@ -262,7 +263,12 @@ def test_the_timer_task_completes_joins_and_ends_silent_sessions() -> None:
         assert joined.error is E.none and joined.generation_id == 1
         beat = HeartbeatArgs(group, 1, joined.member_id)
         assert await runtime.call(group, lambda s: s.heartbeat(beat)) is E.none
-        await asyncio.sleep(0.2)  # no heartbeat: the session ends, the group empties
+        members = runtime.active_shards()[0].groups[group].members
+        clock.advance(49)  # no heartbeat: the session ends at 50 ms on the broker's clock, the group empties
+        await asyncio.sleep(0)
+        assert members
+        clock.advance(1)
+        await until(lambda: not members, "the end of the session")
         assert await runtime.call(group, lambda s: s.heartbeat(beat)) is E.unknown_member_id
         await runtime.stop()
 
