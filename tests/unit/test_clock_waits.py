@@ -122,7 +122,8 @@ async def _started(config: BrokerConfig) -> tuple[Broker, ManualClock]:
     clock = ManualClock()
     broker = Broker(config, clock=clock)
     await broker.start()
-    broker.create_topic("orders", 1, 1)
+    await broker.create_topic("orders", 1, 1)
+    await settle()  # housekeeping tasks have registered their sleeps
     return broker, clock
 
 
