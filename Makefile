@@ -7,9 +7,9 @@ PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := gcc libc6-dev python3-dev zookeeper redis-server chromium
 JS_DIR := tests/integration/js
 
-.PHONY: install up test bench lint format clean
+.PHONY: install java up test bench reports lint format clean
 
-install: debian-packages $(VENV)/.installed $(JS_DIR)/node_modules/.installed
+install: debian-packages java $(VENV)/.installed $(JS_DIR)/node_modules/.installed
 
 $(VENV)/.installed: pyproject.toml setup.py broker_runtime/protocol/_recordscan.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,13 @@ debian-packages:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+
+# PySpark (the report jobs) needs a Java runtime (17 or 21); Debian's headless JRE when none is on the PATH.
+java:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "installing Debian package: openjdk-17-jre-headless"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless >/dev/null; }
 
 # Redis and the local cluster (if nothing answers on their ports), migrations, the admin user on the first run,
 # then the console on http://127.0.0.1:8000, a Celery worker and beat, until Ctrl-C.
