@@ -48,12 +48,19 @@ test: install
 bench: install
 	$(PY) bench/run.py
 
+# The three PySpark reports against a running cluster, into var/reports/<report>/<time>/.
+REPORT_ARGS ?= --bootstrap-servers 127.0.0.1:9092 --since 24h
+reports: install
+	@failed=""; for r in throughput lag retention; do \
+	  $(PY) -m jobs.$${r}_report $(REPORT_ARGS) || failed="$$failed $$r"; done; \
+	if [ -n "$$failed" ]; then echo "reports failed:$$failed"; exit 1; fi
+
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check broker_runtime
+	$(VENV)/bin/ruff format --check broker_runtime jobs
 
 format: $(VENV)/.installed
-	$(VENV)/bin/ruff format broker_runtime tests bench
+	$(VENV)/bin/ruff format broker_runtime jobs tests bench
 	$(VENV)/bin/ruff check --fix .
 
 clean:

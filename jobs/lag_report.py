@@ -23,7 +23,6 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from jobs.charts import bar_chart, line_chart
-from jobs.cluster import ClusterClient, client_config
 from jobs.lag_samples import FORMAT_VERSION, LAG_SAMPLES_TOPIC, SAMPLE_SCHEMA_DDL
 from jobs.report import Report, ReportContext, ReportResult, UsageError, main, parse_duration_ms
 
@@ -159,7 +158,7 @@ def group_stats(rounds, thresholds_ms: list[int]):
 
 def run(ctx: ReportContext) -> ReportResult:
     args = ctx.args
-    if args.samples_topic not in ClusterClient(client_config(ctx.bootstrap_servers)).partitions():
+    if args.samples_topic not in ctx.cluster_client().partitions():
         raise UsageError(
             f"no lag samples: topic {args.samples_topic} does not exist (is the lag sampler running?)"
         )

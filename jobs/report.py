@@ -77,6 +77,13 @@ class ReportContext:
     window_end_ms: int
     args: argparse.Namespace
 
+    def cluster_client(self) -> Any:
+        from jobs.cluster import ClusterClient, client_config
+
+        return ClusterClient(
+            client_config(self.bootstrap_servers), timeout_s=self.args.request_timeout / 1000
+        )
+
     def read(self, **options: str) -> Any:
         """A batch DataFrame of the ``odradek`` source on this cluster with the given options."""
         reader = self.spark.read.format("odradek").option("kafka.bootstrap.servers", self.bootstrap_servers)
@@ -132,6 +139,13 @@ def build_parser(report: Report) -> argparse.ArgumentParser:
         help=f"run directory (default $ODRADEK_REPORTS_DIR or {DEFAULT_REPORTS_DIR}, then <report>/<UTC time>)",
     )
     parser.add_argument("--master", help="Spark master (default $SPARK_MASTER or local[*])")
+    parser.add_argument(
+        "--request-timeout",
+        type=parse_duration_ms,
+        default=parse_duration_ms("30s"),
+        metavar="DURATION",
+        help="how long to wait for the cluster's answers (default 30s)",
+    )
     report.add_arguments(parser)
     return parser
 
@@ -223,7 +237,15 @@ def run_report(report: Report, argv: Sequence[str] | None = None) -> int:
     return code
 
 
-_COMMON_ARGS = {"bootstrap_servers", "cluster", "clusters_file", "since", "output", "master"}
+_COMMON_ARGS = {
+    "bootstrap_servers",
+    "cluster",
+    "clusters_file",
+    "since",
+    "output",
+    "master",
+    "request_timeout",
+}
 
 
 def _short_error(exc: BaseException) -> str:

@@ -25,7 +25,6 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from jobs.charts import bar_chart
-from jobs.cluster import ClusterClient, client_config
 from jobs.report import Report, ReportContext, ReportResult, main, parse_duration_ms
 from jobs.throughput_report import record_size
 
@@ -109,7 +108,7 @@ def _retention_ms(config: dict[str, str]) -> int:
 
 
 def run(ctx: ReportContext) -> ReportResult:
-    cluster = ClusterClient(client_config(ctx.bootstrap_servers))
+    cluster = ctx.cluster_client()
     pattern = re.compile(ctx.args.topics)
     metadata = {t: ps for t, ps in cluster.partitions(include_internal=False).items() if pattern.fullmatch(t)}
     configs = cluster.topic_configs(metadata)

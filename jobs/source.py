@@ -547,10 +547,10 @@ class OdradekStreamReader(DataSourceStreamReader):
             begin.update(self.planner.cluster.earliest(new))
         backlog = {tp: max(0, latest[tp] - begin[tp]) for tp in tps}
         total = sum(backlog.values())
-        if isinstance(limit, ReadMaxRows) and total > limit.maxRows:
-            shares = {tp: int(n * limit.maxRows / total) for tp, n in backlog.items()}
+        if isinstance(limit, ReadMaxRows) and total > limit.max_rows:
+            shares = {tp: int(n * limit.max_rows / total) for tp, n in backlog.items()}
             # hand the rounding remainder to the largest backlogs so a trigger always moves when it may
-            for tp in sorted(backlog, key=lambda tp: -backlog[tp])[: limit.maxRows - sum(shares.values())]:
+            for tp in sorted(backlog, key=lambda tp: -backlog[tp])[: limit.max_rows - sum(shares.values())]:
                 shares[tp] += 1
             return _offsets_dict({tp: begin[tp] + min(backlog[tp], shares[tp]) for tp in tps})
         return _offsets_dict({tp: max(begin[tp], latest[tp]) for tp in tps})

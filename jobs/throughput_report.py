@@ -17,7 +17,6 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from jobs.charts import bar_chart, line_chart
-from jobs.cluster import ClusterClient, client_config
 from jobs.report import Report, ReportContext, ReportResult, main
 
 
@@ -59,9 +58,7 @@ def _hour_iso(value: dt.datetime) -> str:
 def run(ctx: ReportContext) -> ReportResult:
     partitions = {
         t: len(ps)
-        for t, ps in ClusterClient(client_config(ctx.bootstrap_servers))
-        .partitions(include_internal=False)
-        .items()
+        for t, ps in ctx.cluster_client().partitions(include_internal=False).items()
         if _matches(ctx.args.topics, t)
     }
     records = ctx.read(

@@ -42,6 +42,8 @@ def _violations(package: str, forbidden: tuple[str, ...]) -> list[str]:
         ("broker_runtime/log", ("asyncio", "broker_runtime.server", "broker_runtime.handlers", "broker_runtime.replication")),
         # the console reaches clusters only through Kafka clients and kazoo, never the broker's code
         ("console", ("broker_runtime",)),
+        # the jobs reach a cluster over the Kafka protocol only, and never need the console
+        ("jobs", ("broker_runtime", "console", "django", "celery")),
     ],
 )
 def test_package_does_not_import(package: str, forbidden: tuple[str, ...]) -> None:
