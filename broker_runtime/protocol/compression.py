@@ -29,7 +29,7 @@ CODEC_NAMES = {
     CODEC_ZSTD: "zstd",
 }
 
-CHUNK_SIZE = 256 * 1024
+CHUNK_SIZE = 64 * 1024
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER_SIZE = 16  # magic (8) + version (4) + compatible version (4)
 _I32 = struct.Struct(">i")

@@ -165,10 +165,11 @@ def test_a_record_with_a_timestamp_out_of_bounds_is_named(shared_broker, new_top
 
 
 def test_pipelined_batches_are_appended_in_arrival_order(shared_broker, new_topic, raw, clients):
-    """Compressed batches are checked on a worker thread, uncompressed ones at once; both keep their order."""
+    """Batches checked on a worker thread (those decompressing to more than 128 KiB) and those checked at once
+    keep their order."""
     topic = new_topic(config={"cleanup.policy": "compact"})
     batches = [
-        raw.build_batch([clients.Rec(b"k", str(i).encode() * (20_000 if i % 3 == 0 else 1))],
+        raw.build_batch([clients.Rec(b"k", str(i).encode() * (150_000 if i % 3 == 0 else 1))],
                         compression=CODECS[i % len(CODECS)])
         for i in range(30)
     ]  # fmt: skip
