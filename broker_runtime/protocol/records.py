@@ -262,11 +262,12 @@ def check_records(
     """
     start = header.position + HEADER_SIZE
     end = header.position + header.size
-    walk = _RecordWalk(header, rules, decompressed_limit)
-    if header.codec == CODEC_NONE:
-        walk.scan(buf, start, end)
-        walk.finish(end - walk.position)
+    if header.codec == CODEC_NONE:  # the produce path's common case, kept lean
+        found, position, need, keyless, untimely = _scan(buf, start, end, header, rules, 0)
+        if found != header.record_count or position != end or keyless or untimely:
+            _refuse(header, rules, found, need, end - position, keyless, untimely)
         return
+    walk = _RecordWalk(header, rules, decompressed_limit)
     body = bytes(memoryview(buf)[start:end])
     try:
         for chunk in decompressed_chunks(header.codec, body, decompressed_limit):
@@ -275,16 +276,79 @@ def check_records(
         raise InvalidRecords(ErrorCode.corrupt_message, str(exc)) from None
     except DecompressedTooLarge as exc:
         raise InvalidRecords(ErrorCode.message_too_large, str(exc)) from None
-    walk.finish(len(walk.pending))
+    walk.finish()
+
+
+def _scan(
+    data: bytes | bytearray | memoryview,
+    start: int,
+    end: int,
+    header: BatchHeader,
+    rules: RecordRules,
+    done: int,
+) -> tuple[int, int, int, list[int], list[int]]:
+    try:
+        return scan_records(
+            data, start, end, header.record_count - done, done, rules.keys_required, header.base_timestamp,
+            rules.min_timestamp, rules.max_timestamp,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise InvalidRecords(ErrorCode.invalid_record, f"malformed batch: {exc}") from None
+
+
+def _refuse(
+    header: BatchHeader,
+    rules: RecordRules,
+    found: int,
+    need: int,
+    leftover: int,
+    keyless: list[int],
+    untimely: list[int],
+) -> None:
+    """Raise what is wrong with a walked batch: its records against its header, then the rules (KIP-467)."""
+    declared = header.record_count
+    if found < declared:
+        where = f"record {found} runs past the end of the batch" if need else f"it carries {found}"
+        raise InvalidRecords(ErrorCode.invalid_record, f"batch declares {declared} records but {where}")
+    if leftover:
+        raise InvalidRecords(
+            ErrorCode.invalid_record,
+            f"batch declares {declared} records but {leftover} more bytes follow them",
+        )
+    # Kafka checks a record's key before its timestamp, and names one error per record.
+    errors = dict.fromkeys(untimely, f"timestamp outside [{rules.min_timestamp}, {rules.max_timestamp}]")
+    errors.update(dict.fromkeys(keyless, "a compacted topic accepts only records with a key"))
+    record_errors = tuple(sorted(errors.items()))
+    if untimely:
+        raise InvalidRecords(
+            ErrorCode.invalid_timestamp,
+            f"{len(untimely)} of {declared} records have a timestamp outside the range the topic accepts, "
+            f"[{rules.min_timestamp}, {rules.max_timestamp}]",
+            record_errors,
+        )
+    if keyless:
+        raise InvalidRecords(
+            ErrorCode.invalid_record,
+            f"{len(keyless)} of {declared} records have no key, which a compacted topic requires",
+            record_errors,
+        )
 
 
 class _RecordWalk:
-    """The state of one batch's walk: records seen so far, rule breakers, and (when fed decompressed chunks)
-    the bytes of a record cut by a chunk boundary."""
+    """The walk of a compressed batch, fed decompressed chunks: records seen so far, rule breakers, and the
+    bytes of a record cut by a chunk boundary."""
 
     __slots__ = (
-        "decompressed", "header", "keyless", "limit", "need", "pending", "position", "records", "rules", "untimely",
-    )  # fmt: skip
+        "decompressed",
+        "header",
+        "keyless",
+        "limit",
+        "need",
+        "pending",
+        "records",
+        "rules",
+        "untimely",
+    )
 
     def __init__(self, header: BatchHeader, rules: RecordRules, limit: int) -> None:
         self.header = header
@@ -292,73 +356,41 @@ class _RecordWalk:
         self.limit = limit
         self.decompressed = 0
         self.records = 0
-        self.position = 0
         self.need = 0
         self.pending = bytearray()
         self.keyless: list[int] = []
         self.untimely: list[int] = []
 
-    def scan(self, data: bytes | bytearray | memoryview, start: int, end: int) -> None:
-        header, rules = self.header, self.rules
-        try:
-            records, self.position, self.need, keyless, untimely = scan_records(
-                data, start, end, header.record_count - self.records, self.records, rules.keys_required,
-                header.base_timestamp, rules.min_timestamp, rules.max_timestamp,
-            )  # fmt: skip
-        except ValueError as exc:
-            raise InvalidRecords(ErrorCode.invalid_record, f"malformed batch: {exc}") from None
-        self.records += records
-        self.keyless += keyless
-        self.untimely += untimely
-
     def feed(self, chunk: bytes) -> None:
         pending = self.pending
         if self.records == self.header.record_count and chunk:
-            self.finish(len(pending) + len(chunk))  # raises: stop decompressing what nothing accounts for
+            self.finish(len(chunk))  # raises: stop decompressing what nothing accounts for
         pending += chunk
         self.decompressed += len(chunk)
         if len(pending) < self.need:
             return
-        self.scan(pending, 0, len(pending))
-        del pending[: self.position]
+        found, position, self.need, keyless, untimely = _scan(
+            pending, 0, len(pending), self.header, self.rules, self.records
+        )
+        self.records += found
+        self.keyless += keyless
+        self.untimely += untimely
+        del pending[:position]
         if self.decompressed - len(pending) + self.need > self.limit:
             # A record longer than the limit allows: refused now rather than buffered up to the limit.
             raise DecompressedTooLarge(
                 f"{CODEC_NAMES[self.header.codec]} payload decompresses to more than {self.limit} bytes"
             )
 
-    def finish(self, leftover: int) -> None:
-        declared, found = self.header.record_count, self.records
-        if found < declared:
-            where = f"record {found} runs past the end of the batch" if self.need else f"it carries {found}"
-            raise InvalidRecords(ErrorCode.invalid_record, f"batch declares {declared} records but {where}")
-        if leftover:
-            raise InvalidRecords(
-                ErrorCode.invalid_record,
-                f"batch declares {declared} records but {leftover} more bytes follow them",
-            )
-        if self.keyless or self.untimely:
-            raise self._rule_errors()
-
-    def _rule_errors(self) -> InvalidRecords:
-        rules, count = self.rules, self.header.record_count
-        # Kafka checks a record's key before its timestamp, and names one error per record.
-        errors = dict.fromkeys(
-            self.untimely, f"timestamp outside [{rules.min_timestamp}, {rules.max_timestamp}]"
-        )
-        errors.update(dict.fromkeys(self.keyless, "a compacted topic accepts only records with a key"))
-        record_errors = tuple(sorted(errors.items()))
-        if self.untimely:
-            return InvalidRecords(
-                ErrorCode.invalid_timestamp,
-                f"{len(self.untimely)} of {count} records have a timestamp outside the range the topic "
-                f"accepts, [{rules.min_timestamp}, {rules.max_timestamp}]",
-                record_errors,
-            )
-        return InvalidRecords(
-            ErrorCode.invalid_record,
-            f"{len(self.keyless)} of {count} records have no key, which a compacted topic requires",
-            record_errors,
+    def finish(self, more: int = 0) -> None:
+        _refuse(
+            self.header,
+            self.rules,
+            self.records,
+            self.need,
+            len(self.pending) + more,
+            self.keyless,
+            self.untimely,
         )
 
 
