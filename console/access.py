@@ -118,5 +118,25 @@ class RolePermission(BasePermission):
         if role < needed:
             have = "no role" if role is Role.NONE else f"the {role.label} role"
             self.message = f"This request needs the {needed.label} role; you have {have}."
+            if request.method not in ("GET", "HEAD", "OPTIONS") and role is not Role.NONE:
+                _record_denied(request, view, action, self.message)
             return False
         return True
+
+
+def _record_denied(request, view, action: str, message: str) -> None:
+    """An API write refused for its role leaves an audit entry, as the same attempt from a page does."""
+    from console.audit.models import Outcome
+    from console.audit.recording import record
+    from console.clusters.models import Cluster
+
+    kwargs = getattr(view, "kwargs", {})
+    cluster = Cluster.objects.filter(pk=kwargs.get("cluster_id")).first() if "cluster_id" in kwargs else None
+    kind, name = next(
+        ((k, str(kwargs[k])) for k in ("topic", "group_id", "broker_id") if k in kwargs), ("cluster", cluster.name if cluster else "")
+    )
+    record(
+        user=request.user, source="api", action_name=action, cluster=cluster,
+        resource_type={"group_id": "group", "broker_id": "broker"}.get(kind, kind), resource_name=name,
+        params={}, outcome=Outcome.DENIED, detail=message,
+    )

@@ -178,6 +178,12 @@ def _close_cluster_clients(_shared_broker_process):
     close_all()
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """A speed knob only: PBKDF2's cost, paid for every persona of every test, would dominate the suite."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def personas(django_user_model):
     from console.access import Role, set_role
