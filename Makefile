@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := gcc libc6-dev python3-dev zookeeper redis-server chromium
 JS_DIR := tests/integration/js
 
-.PHONY: install java up test bench reports lint format clean
+.PHONY: install java up test bench reports screenshots lint format clean
 
 install: debian-packages java $(VENV)/.installed $(JS_DIR)/node_modules/.installed
 
@@ -54,6 +54,10 @@ reports: install
 	@failed=""; for r in throughput lag retention; do \
 	  $(PY) -m jobs.$${r}_report $(REPORT_ARGS) || failed="$$failed $$r"; done; \
 	if [ -n "$$failed" ]; then echo "reports failed:$$failed"; exit 1; fi
+
+# The console's main pages, from its browser tests, as PNGs in docs/screenshots/.
+screenshots: install
+	ODRADEK_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/console/test_console_browser.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -133,10 +133,17 @@ def _record_denied(request, view, action: str, message: str) -> None:
     kwargs = getattr(view, "kwargs", {})
     cluster = Cluster.objects.filter(pk=kwargs.get("cluster_id")).first() if "cluster_id" in kwargs else None
     kind, name = next(
-        ((k, str(kwargs[k])) for k in ("topic", "group_id", "broker_id") if k in kwargs), ("cluster", cluster.name if cluster else "")
+        ((k, str(kwargs[k])) for k in ("topic", "group_id", "broker_id") if k in kwargs),
+        ("cluster", cluster.name if cluster else ""),
     )
     record(
-        user=request.user, source="api", action_name=action, cluster=cluster,
-        resource_type={"group_id": "group", "broker_id": "broker"}.get(kind, kind), resource_name=name,
-        params={}, outcome=Outcome.DENIED, detail=message,
+        user=request.user,
+        source="api",
+        action_name=action,
+        cluster=cluster,
+        resource_type={"group_id": "group", "broker_id": "broker"}.get(kind, kind),
+        resource_name=name,
+        params={},
+        outcome=Outcome.DENIED,
+        detail=message,
     )

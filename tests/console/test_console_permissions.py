@@ -14,7 +14,13 @@ from console.access import Role, role_of
 from console.audit.models import AuditEntry, Outcome
 from console.clusters.client import client_for
 
-ROLES = {"anonymous": None, "nora": Role.NONE, "victor": Role.VIEWER, "oscar": Role.OPERATOR, "alice": Role.ADMIN}
+ROLES = {
+    "anonymous": None,
+    "nora": Role.NONE,
+    "victor": Role.VIEWER,
+    "oscar": Role.OPERATOR,
+    "alice": Role.ADMIN,
+}
 
 C = "/api/v1/clusters/{c}/"
 T = C + "topics/{t}/"
@@ -78,12 +84,16 @@ def resources(cluster, kafka_resources):
 
 
 @pytest.mark.parametrize("persona", list(ROLES))
-@pytest.mark.parametrize(("method", "path", "body", "needed", "allowed_status"), ENDPOINTS, ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    ("method", "path", "body", "needed", "allowed_status"), ENDPOINTS, ids=lambda v: str(v)
+)
 def test_endpoint_role(api, resources, persona, method, path, body, needed, allowed_status):
     client = api(None if persona == "anonymous" else persona)
     url = path.format(**resources)
     kwargs = {"format": "json"} if body is not None else {}
-    response = getattr(client, method)(url, body, **kwargs) if body is not None else getattr(client, method)(url)
+    response = (
+        getattr(client, method)(url, body, **kwargs) if body is not None else getattr(client, method)(url)
+    )
     role = ROLES[persona]
     if role is None:
         assert response.status_code in (401, 403), response.content
@@ -104,12 +114,20 @@ def test_every_api_route_is_in_the_matrix():
             else:
                 yield prefix + str(pattern.pattern)
 
-    api_routes = {r for r in routes(get_resolver()) if r.startswith("api/v1/") and not r.endswith(("schema/", "docs/", "redoc/"))}
+    api_routes = {
+        r
+        for r in routes(get_resolver())
+        if r.startswith("api/v1/") and not r.endswith(("schema/", "docs/", "redoc/"))
+    }
     covered = set()
     for _, path, *_ in ENDPOINTS:
         covered.add(
-            path.replace("/api/v1/", "api/v1/").replace("{c}", "<int:cluster_id>").replace("{t}", "<str:topic>")
-            .replace("{g}", "<path:group_id>").replace("{missing}", "<path:group_id>").replace("99999", "<int:cluster_id>", 1)
+            path.replace("/api/v1/", "api/v1/")
+            .replace("{c}", "<int:cluster_id>")
+            .replace("{t}", "<str:topic>")
+            .replace("{g}", "<path:group_id>")
+            .replace("{missing}", "<path:group_id>")
+            .replace("99999", "<int:cluster_id>", 1)
             .replace("brokers/0/", "brokers/<int:broker_id>/")
         )
     covered = {c.replace("operations/<int:cluster_id>/", "operations/<int:operation_id>/") for c in covered}
@@ -132,5 +150,9 @@ def resources_cluster(resources):
 
 def test_me_reports_role_and_actions(api, personas):
     body = api("oscar").get("/api/v1/me/").json()
-    assert body["role"] == "operator" and "topic.create" in body["actions"] and "topic.delete" not in body["actions"]
+    assert (
+        body["role"] == "operator"
+        and "topic.create" in body["actions"]
+        and "topic.delete" not in body["actions"]
+    )
     assert role_of(personas["oscar"]) is Role.OPERATOR

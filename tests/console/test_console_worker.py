@@ -19,8 +19,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def read_audit_topic(bootstrap: str) -> list[dict]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "audit-reader", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "audit-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     consumer.assign([TopicPartition(settings.CONSOLE_AUDIT_TOPIC, 0, 0)])
     records = []
     try:
@@ -34,10 +40,17 @@ def read_audit_topic(bootstrap: str) -> list[dict]:
     return records
 
 
-def test_topic_creation_runs_on_the_worker_and_waits_for_the_isr(api, cluster, celery_worker, topic_name, shared_broker):
+def test_topic_creation_runs_on_the_worker_and_waits_for_the_isr(
+    api, cluster, celery_worker, topic_name, shared_broker
+):
     response = api("oscar").post(
         f"/api/v1/clusters/{cluster.pk}/topics/",
-        {"name": topic_name, "partitions": 4, "replication_factor": 1, "configs": {"retention.ms": "86400000"}},
+        {
+            "name": topic_name,
+            "partitions": 4,
+            "replication_factor": 1,
+            "configs": {"retention.ms": "86400000"},
+        },
         format="json",
     )
     assert response.status_code == 202, response.json()
@@ -58,7 +71,9 @@ def test_topic_creation_runs_on_the_worker_and_waits_for_the_isr(api, cluster, c
     retention = next(c for c in client_for(cluster).topic_configs(topic_name) if c.name == "retention.ms")
     assert retention.value == "86400000"
 
-    entries = list(AuditEntry.objects.filter(action="topic.create").order_by("id").values_list("outcome", "source"))
+    entries = list(
+        AuditEntry.objects.filter(action="topic.create").order_by("id").values_list("outcome", "source")
+    )
     assert entries == [(Outcome.ACCEPTED, "api"), (Outcome.OK, "worker")]
 
     # both entries reach the audit topic, as JSON, in order
@@ -68,7 +83,8 @@ def test_topic_creation_runs_on_the_worker_and_waits_for_the_isr(api, cluster, c
     wait_for(published, timeout=30, what="audit entries published")
     records = [r for r in read_audit_topic(shared_broker.bootstrap) if r["resource"]["name"] == topic_name]
     assert [(r["action"], r["outcome"], r["user"], r["cluster"]) for r in records] == [
-        ("topic.create", "accepted", "oscar", "test"), ("topic.create", "ok", "oscar", "test"),
+        ("topic.create", "accepted", "oscar", "test"),
+        ("topic.create", "ok", "oscar", "test"),
     ]
     assert records[0]["params"]["configs"] == {"retention.ms": "86400000"}
     audit_topic = client_for(cluster).metadata(max_age_s=0).topic(settings.CONSOLE_AUDIT_TOPIC)
@@ -80,7 +96,8 @@ def test_topic_creation_runs_on_the_worker_and_waits_for_the_isr(api, cluster, c
 def test_operation_page_shows_progress_until_done(client, personas, cluster, celery_worker, topic_name):
     client.force_login(personas["oscar"])
     response = client.post(
-        f"/clusters/{cluster.pk}/topics/new/", {"name": topic_name, "partitions": "2", "replication_factor": "1", "configs": ""}
+        f"/clusters/{cluster.pk}/topics/new/",
+        {"name": topic_name, "partitions": "2", "replication_factor": "1", "configs": ""},
     )
     operation = Operation.objects.get(kind="create_topic", params__name=topic_name)
     assert response.status_code == 302 and response["Location"] == f"/operations/{operation.pk}/"
@@ -95,5 +112,9 @@ def test_a_denied_attempt_is_published_too(api, cluster, celery_worker, shared_b
     assert response.status_code == 403
     entry = AuditEntry.objects.get(action="topic.create")
     assert (entry.username, entry.outcome) == ("victor", Outcome.DENIED)
-    wait_for(lambda: AuditEntry.objects.get(pk=entry.pk).published_at is not None, timeout=30, what="published")
-    assert any(r["id"] == entry.pk and r["outcome"] == "denied" for r in read_audit_topic(shared_broker.bootstrap))
+    wait_for(
+        lambda: AuditEntry.objects.get(pk=entry.pk).published_at is not None, timeout=30, what="published"
+    )
+    assert any(
+        r["id"] == entry.pk and r["outcome"] == "denied" for r in read_audit_topic(shared_broker.bootstrap)
+    )
