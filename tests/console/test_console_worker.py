@@ -64,7 +64,7 @@ def test_topic_creation_runs_on_the_worker_and_waits_for_the_isr(
     op = wait_for(finished, timeout=60, interval=0.2, what="the create_topic operation to finish")
     assert op["state"] == "done", op
     assert op["progress"] == 100
-    assert [s["step"] for s in op["steps"]][0] == "created"
+    assert op["steps"][0]["step"] == "created"
     assert op["result"]["partitions"] == 4
     topic = client_for(cluster).metadata(max_age_s=0).topic(topic_name)
     assert all(p.leader == 0 and p.isr == (0,) for p in topic.partitions) and len(topic.partitions) == 4
