@@ -191,25 +191,29 @@ def test_a_flipped_byte_at_rest_answers_corrupt_message(broker_factory, raw, cli
 
 
 def test_a_log_the_metadata_does_not_know_is_kept_aside_not_deleted(broker_factory, raw, clients, helpers):
-    """A power cut could lose a metadata update the log dir already reflects; start-up used to delete such logs."""
+    """A power cut could lose a metadata update the log dir already reflects; start-up used to delete such logs.
+    Only the logs of a topic whose deletion the metadata recorded are deleted (the deletion resumes)."""
     broker = broker_factory()
-    topic = clients.create_topic(broker.bootstrap, helpers.make_topic_name("stray"), 1)
+    unknown, deleting = (clients.create_topic(broker.bootstrap, helpers.make_topic_name(n), 1) for n in "ud")
     with raw.RawClient.to(broker) as client:
-        assert _produce(client, raw, topic, 0, _batch(clients, raw, 7, 100)) == (NONE, 0)
+        for topic in (unknown, deleting):
+            assert _produce(client, raw, topic, 0, _batch(clients, raw, 7, 100)) == (NONE, 0)
     broker.stop()
     metadata_file = broker.log_dir / "odradek-metadata.json"
     metadata = json.loads(metadata_file.read_text())
-    metadata["topics"] = [t for t in metadata["topics"] if t["name"] != topic]
+    metadata["deleting_topic_ids"] = [t["topic_id"] for t in metadata["topics"] if t["name"] == deleting]
+    metadata["topics"] = [t for t in metadata["topics"] if t["name"] not in (unknown, deleting)]
     metadata_file.write_text(json.dumps(metadata))
     broker.start()
-    strays = [
-        p for p in broker.log_dir.iterdir() if p.name.startswith(f"{topic}-0.") and p.name.endswith("-stray")
-    ]
+    names = [p.name for p in broker.log_dir.iterdir()]
+    strays = [broker.log_dir / n for n in names if n.startswith(f"{unknown}-0.") and n.endswith("-stray")]
     assert len(strays) == 1
     assert (strays[0] / "00000000000000000000.log").stat().st_size > 100
     assert "kept aside as" in broker.log_text()
+    assert [n for n in names if n.startswith(f"{deleting}-") and not n.endswith("-delete")] == []
     broker.restart()  # kept aside for good: not loaded, not deleted
     assert strays[0].is_dir()
+    assert json.loads(metadata_file.read_text())["deleting_topic_ids"] == []
 
 
 def test_the_broker_answers_while_it_deletes_large_topics(broker_factory, raw, helpers):
