@@ -60,34 +60,40 @@ class CorruptSegmentError(Exception):
         self.path, self.position, self.reason = path, position, reason
 
 
-_BATCH_START = struct.Struct(">qiibI")  # base offset, batch length, partition leader epoch, magic, CRC
+_BASE_AND_LENGTH = struct.Struct(">qi")
+_MAGIC_AND_CRC = struct.Struct(">bI")
+_MAGIC_AT = 16
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_AT = 23
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 
 
-def _batches_end(buf: bytes, max_offset: int, *, ends_segment: bool) -> tuple[int, str | None]:
+def _batches_end(buf: bytes, max_offset: int, *, ends_segment: bool, check_from: int = 0,
+                 check_to: int = 2**62) -> tuple[int, str | None]:  # fmt: skip
     """(end, problem): the end of the complete, intact batches at the start of `buf` whose last offset is below
     `max_offset`, and why the batch at `end` is corrupt (None when it is merely past the limits).
 
-    The fetch path's only per-batch work: two small unpacks and a CRC32C in C, no header object. Checking the
-    CRC here keeps a flipped byte at rest from reaching clients that do not check it (librdkafka's default).
+    The fetch path's only per-batch work: two small unpacks, no header object; and for the batches starting in
+    [check_from, check_to), the ones not known good, the magic and a CRC32C (in C), so that a flipped byte at rest
+    never reaches clients that do not check CRCs (librdkafka's default).
     `ends_segment`: `buf` reaches the end of the segment, so a batch running past it is torn, not cut short."""
     position, size = 0, len(buf)
-    unpack_start, unpack_delta = _BATCH_START.unpack_from, _LAST_OFFSET_DELTA.unpack_from
+    unpack_base, unpack_delta = _BASE_AND_LENGTH.unpack_from, _LAST_OFFSET_DELTA.unpack_from
     while position + HEADER_SIZE <= size:
-        base_offset, length, _, magic, crc = unpack_start(buf, position)
+        base_offset, length = unpack_base(buf, position)
         end = position + LOG_OVERHEAD + length
         if length < _MIN_BATCH_LENGTH:
             return position, f"impossible batch length {length}"
-        if magic != 2:
-            return position, f"magic {magic}, not 2"
         if end > size:
             return position, ("batch runs past the end of the segment" if ends_segment else None)
         if base_offset + unpack_delta(buf, position + _LAST_OFFSET_DELTA_AT)[0] >= max_offset:
             break
-        if crc32c(memoryview(buf)[position + CRC_START : end]) != crc:
-            return position, f"CRC mismatch in the batch at offset {base_offset}"
+        if check_from <= position < check_to:
+            magic, crc = _MAGIC_AND_CRC.unpack_from(buf, position + _MAGIC_AT)
+            if magic != 2:
+                return position, f"magic {magic}, not 2"
+            if crc32c(memoryview(buf)[position + CRC_START : end]) != crc:
+                return position, f"CRC mismatch in the batch at offset {base_offset}"
         position = end
     if ends_segment and 0 < size - position < HEADER_SIZE:
         return position, f"{size - position} bytes at the end are not a whole batch"
@@ -154,6 +160,11 @@ class LogSegment:
         self._first_batch_timestamp: int | None = None
         self._bytes_since_index_entry = 0
         self.unflushed = False
+        # Batches known good, which reads need not CRC-check again: those starting below `_checked_end` (checked
+        # by recovery or by an earlier read) and from `_written_from` on (this process validated them before
+        # writing them).
+        self._checked_end = 0
+        self._written_from = size
         jitter = config.segment_jitter_ms
         self.roll_jitter_ms = random.randrange(min(jitter, config.segment_ms)) if jitter > 0 else 0
 
@@ -459,7 +470,7 @@ class LogSegment:
         CorruptSegmentError when the first one is."""
         want = min(max_bytes, self.size - position)
         buf = self.fs.pread(self._handle, want, position) if want > 0 else b""
-        end, problem = _batches_end(buf, max_offset, ends_segment=position + len(buf) >= self.size)
+        end, problem = self._checked_batches_end(buf, position, max_offset)
         if problem is not None and not end:
             raise CorruptSegmentError(self.log_path, position, problem)
         if end or not min_one_batch or problem is not None:
@@ -472,10 +483,19 @@ class LogSegment:
                 self.log_path, position, _header_problem(first, self.size, None) or "torn"
             )
         whole = self.fs.pread(self._handle, first.size, position)
-        end, problem = _batches_end(whole, max_offset, ends_segment=True)
+        end, problem = self._checked_batches_end(whole, position, max_offset)
         if problem is not None:
             raise CorruptSegmentError(self.log_path, position, problem)
         return whole
+
+    def _checked_batches_end(self, buf: bytes, position: int, max_offset: int) -> tuple[int, str | None]:
+        end, problem = _batches_end(
+            buf, max_offset, ends_segment=position + len(buf) >= self.size,
+            check_from=self._checked_end - position, check_to=self._written_from - position,
+        )  # fmt: skip
+        if position <= self._checked_end:
+            self._checked_end = max(self._checked_end, position + end)
+        return end, problem
 
     def read_batch(self, header: BatchHeader) -> bytes:
         return self.fs.pread(self._handle, header.size, header.position)
@@ -525,7 +545,7 @@ class LogSegment:
             self.log_path, truncated, position, reason, self.next_offset,
         )  # fmt: skip
         self.fs.truncate(self._handle, position)
-        self.size = position
+        self.size = self._written_from = position
         return truncated
 
     def _reindex(self, epoch_starts: list[tuple[int, int]] | None = None) -> tuple[int, str] | None:
@@ -579,6 +599,7 @@ class LogSegment:
             self._bytes_since_index_entry += header.size
             self.next_offset = header.next_offset
             position += header.size
+            self._checked_end = max(self._checked_end, position)
         return None
 
     def truncate_to(self, offset: int) -> int:
@@ -591,6 +612,8 @@ class LogSegment:
         self.time_index.truncate_to(header.base_offset)
         self.fs.truncate(self._handle, header.position)
         self.size = header.position
+        self._written_from = min(self._written_from, header.position)
+        self._checked_end = min(self._checked_end, header.position)
         self.next_offset = header.base_offset
         # Timestamps and index bookkeeping are recomputed from what is left, as Kafka does after truncation.
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
