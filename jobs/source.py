@@ -419,23 +419,27 @@ def _arrow_schema(include_headers: bool):
 
 
 def _arrow_batch(messages: list, schema):
-    """One Arrow record batch from confluent-kafka messages of one partition, built column by column."""
+    """One Arrow record batch from confluent-kafka messages of one partition, built column by column.
+
+    librdkafka has decoded the record batches in C; what is left per record is fetching its fields, done with
+    ``map`` over the C methods (no Python frame per record) straight into Arrow and numpy buffers."""
     import numpy as np
     import pyarrow as pa
+    from confluent_kafka import Message
 
     n = len(messages)
-    timestamps = [m.timestamp() for m in messages]  # (type, ms); librdkafka types: 1 CreateTime, 2 LogAppend
+    # (type, ms) pairs; librdkafka's types are 1 CreateTime and 2 LogAppendTime, Kafka's (and Spark's) 0 and 1
+    pairs = itertools.chain.from_iterable(map(Message.timestamp, messages))
+    timestamps = np.fromiter(pairs, dtype=np.int64, count=2 * n).reshape(n, 2)
     first = messages[0]
     columns = [
-        pa.array([m.key() for m in messages], pa.binary()),
-        pa.array([m.value() for m in messages], pa.binary()),
+        pa.array(list(map(Message.key, messages)), pa.binary()),
+        pa.array(list(map(Message.value, messages)), pa.binary()),
         pa.repeat(pa.scalar(first.topic(), pa.string()), n),
         pa.array(np.full(n, first.partition(), dtype=np.int32)),
-        pa.array(np.fromiter((m.offset() for m in messages), dtype=np.int64, count=n)),
-        pa.array(
-            np.fromiter((t for _, t in timestamps), dtype=np.int64, count=n) * 1000, pa.timestamp("us", "UTC")
-        ),
-        pa.array(np.fromiter((kind for kind, _ in timestamps), dtype=np.int32, count=n) - 1),
+        pa.array(np.fromiter(map(Message.offset, messages), dtype=np.int64, count=n)),
+        pa.array(timestamps[:, 1] * 1000, pa.timestamp("us", "UTC")),
+        pa.array((timestamps[:, 0] - 1).astype(np.int32)),
     ]
     if len(schema) > len(columns):
         columns.append(pa.array([m.headers() or [] for m in messages], schema.field("headers").type))
@@ -444,7 +448,7 @@ def _arrow_batch(messages: list, schema):
 
 def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator:
     """Arrow record batches of offsets ``[rng.start, rng.end)`` of one topic-partition."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
     if rng.size <= 0:
         return
@@ -465,7 +469,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator:
                 continue
             last_progress = time.monotonic()
             reached_end = False
-            if any(m.error() for m in messages):
+            if any(map(Message.error, messages)):
                 good = []
                 for m in messages:
                     err = m.error()

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 import uuid
@@ -30,6 +31,8 @@ from jobs.lag_samples import LAG_SAMPLES_TOPIC, TOPIC_CONFIGS
 def spark():
     from jobs.spark import spark_session
 
+    # py4j says goodbye at interpreter exit, after pytest has closed the streams its log handlers write to
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     session = spark_session(
         "odradek-tests",
         master="local[2]",
