@@ -501,6 +501,8 @@ _BROKER_DEFS: list[ConfigDef] = [
     _d("queued.max.request.bytes", LONG, -1, "Max bytes of queued requests before reading stops; -1 = no "
        "limit."),
     _d("request.timeout.ms", INT, 30000, "Timeout of the broker's own client requests (inter-broker)."),
+    _d("max.request.partition.size.limit", INT, 2000, "Max partitions described in one DescribeTopicPartitions "
+       "response.", at_least(1)),
     _d("fetch.max.bytes", INT, 57671680, "Max bytes returned by one Fetch response.", at_least(1024)),
     _d("max.incremental.fetch.session.cache.slots", INT, 1000, "Max incremental fetch sessions.", at_least(0)),
     _d("fetch.purgatory.purge.interval.requests", INT, 1000, "Fetch purgatory purge interval." + UNUSED,

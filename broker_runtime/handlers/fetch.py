@@ -8,6 +8,7 @@ which tells clients to keep sending full fetch requests.
 from __future__ import annotations
 
 import datetime
+import uuid
 
 from kio.schema.errors import ErrorCode
 
@@ -17,7 +18,9 @@ from broker_runtime.protocol.compression import CODEC_ZSTD
 from broker_runtime.protocol.messages import make
 
 _ZERO = datetime.timedelta(0)
+_NO_TOPIC_ID = uuid.UUID(int=0)
 READ_COMMITTED = 1
+TOPIC_IDS_SINCE = 13  # Fetch v13+ names topics by id (KIP-516)
 
 
 async def handle_fetch(ctx: RequestContext, request) -> object:
@@ -44,13 +47,20 @@ def _read_once(ctx: RequestContext, request):
     watched = []
     had_error = False
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    by_id = {t.topic_id: t.name for t in topics_meta.values()} if ctx.api_version >= TOPIC_IDS_SINCE else {}
     topic_responses = []
     for fetch_topic in request.topics:
-        name = fetch_topic.topic
+        if ctx.api_version >= TOPIC_IDS_SINCE:
+            topic_id = fetch_topic.topic_id
+            name = by_id.get(topic_id)
+        else:
+            name, topic_id = fetch_topic.topic, _NO_TOPIC_ID
         parts = []
         for fp in fetch_topic.partitions:
-            partition = rm.get_partition(name, fp.partition)
+            partition = rm.get_partition(name, fp.partition) if name is not None else None
             try:
+                if name is None:
+                    raise KafkaError(ErrorCode.unknown_topic_id)
                 if partition is None:
                     exists = name in topics_meta and fp.partition in topics_meta[name].partitions
                     raise rm.not_hosted_error(name, fp.partition, exists=exists)
@@ -89,7 +99,9 @@ def _read_once(ctx: RequestContext, request):
                     high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
                     aborted_transactions=None, preferred_read_replica=-1, records=b"",
                 ))  # fmt: skip
-        topic_responses.append(make(types.FetchableTopicResponse, topic=name, partitions=tuple(parts)))
+        topic_responses.append(
+            make(types.FetchableTopicResponse, topic=name, topic_id=topic_id, partitions=tuple(parts))
+        )
     response = make(
         types.FetchResponse, throttle_time=_ZERO, error_code=ErrorCode.none, session_id=0,
         responses=tuple(topic_responses),

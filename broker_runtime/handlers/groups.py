@@ -34,17 +34,17 @@ from broker_runtime.group.records import OFFSETS_TOPIC, partition_for
 from broker_runtime.handlers.context import RequestContext
 from broker_runtime.protocol.apis import ApiKey
 from broker_runtime.protocol.messages import make
+from broker_runtime.protocol.operations import GROUP_OPERATIONS, OMITTED
 
 log = logging.getLogger(__name__)
 
 _ZERO = datetime.timedelta(0)
 _MS = datetime.timedelta(milliseconds=1)
 TRANSACTION_STATE_TOPIC = "__transaction_state"
-GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1
-# DescribeGroups v3+: authorized operations when the client did not ask for them.
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-# Without an authorizer every group operation is allowed: READ (3), DELETE (6), DESCRIBE (8).
-ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE = 0, 1, 2
+SHARE_KEY_TYPE_SINCE = 6  # FindCoordinator v6 knows share groups (KIP-932)
+# Every group of the classic coordinator is a classic group (ListGroups v5 type filter and GroupType).
+CLASSIC_GROUP_TYPE = "classic"
 
 # Kafka's default texts (Errors.message()) for the errors FindCoordinator reports with a message.
 _MESSAGES = {
@@ -95,6 +95,9 @@ def _coordinator_for(ctx: RequestContext, key_type: int, key: str) -> tuple[Erro
         # Transactions route by the same hash over __transaction_state; until its coordinator creates the
         # topic there is nothing to find.
         topic_name = TRANSACTION_STATE_TOPIC
+    elif key_type == SHARE_KEY_TYPE and ctx.api_version >= SHARE_KEY_TYPE_SINCE:
+        # Share groups (KIP-932) are not built, as in Kafka 3.9: no coordinator to find.
+        return ErrorCode.coordinator_not_available, -1, "", -1
     else:
         return ErrorCode.invalid_request, -1, "", -1
     topic = broker.metadata.topics().get(topic_name)
@@ -440,9 +443,9 @@ async def handle_describe_groups(ctx: RequestContext, request) -> object:
                          member_assignment=m.assignment)
                     for m in members
                 ),
-                authorized_operations=ALL_GROUP_OPERATIONS
+                authorized_operations=GROUP_OPERATIONS
                 if include_operations and error is ErrorCode.none
-                else AUTHORIZED_OPERATIONS_OMITTED,
+                else OMITTED,
             )
         )  # fmt: skip
     return make(types.DescribeGroupsResponse, throttle_time=_ZERO, groups=tuple(described))
@@ -455,15 +458,19 @@ async def handle_list_groups(ctx: RequestContext, request) -> object:
         return make(types.ListGroupsResponse, throttle_time=_ZERO, error_code=ErrorCode.coordinator_not_available,
                      groups=())  # fmt: skip
     states = tuple(getattr(request, "states_filter", ()) or ())
+    types_filter = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
     overviews = [
         o for per_shard in runtime.call_all(lambda shard: shard.list_groups(states)) for o in per_shard
     ]
+    if types_filter and CLASSIC_GROUP_TYPE not in types_filter:
+        overviews = []
     # Kafka lists what it has and flags that some partitions are still loading.
     error = ErrorCode.coordinator_load_in_progress if runtime.is_loading() else ErrorCode.none
     return make(
         types.ListGroupsResponse, throttle_time=_ZERO, error_code=error,
         groups=tuple(
-            make(types.ListedGroup, group_id=o.group_id, protocol_type=o.protocol_type, group_state=o.state)
+            make(types.ListedGroup, group_id=o.group_id, protocol_type=o.protocol_type, group_state=o.state,
+                 group_type=CLASSIC_GROUP_TYPE)
             for o in sorted(overviews, key=lambda o: o.group_id)
         ),
     )  # fmt: skip
@@ -498,20 +505,21 @@ GROUP_HANDLERS: dict[int, Handler] = {
     ApiKey.DELETE_GROUPS: handle_delete_groups,
 }
 
-# Kafka 3.0's group API maxima, like the rest of the table (kafka-python and librdkafka infer a release from
-# it), with Kafka 4.0's raised minimums where the message specs behind kio no longer carry older versions
-# (OffsetCommit 2, OffsetFetch 1). KIP-848's ConsumerGroupHeartbeat is not implemented and not advertised.
+# Kafka 3.9's group API maxima, like the rest of the table (see protocol/apis.py), with Kafka 4.0's raised
+# minimums where the message specs behind kio no longer carry older versions (OffsetCommit 2, OffsetFetch 1).
+# OffsetCommit and OffsetFetch v9 behave as v8 for classic groups, as in Kafka's classic coordinator.
+# KIP-848's ConsumerGroupHeartbeat is not implemented and not advertised.
 GROUP_API_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.FIND_COORDINATOR: (0, 4),
-    ApiKey.JOIN_GROUP: (0, 7),
+    ApiKey.FIND_COORDINATOR: (0, 6),
+    ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.HEARTBEAT: (0, 4),
-    ApiKey.LEAVE_GROUP: (0, 4),
-    ApiKey.OFFSET_COMMIT: (2, 8),
-    ApiKey.OFFSET_FETCH: (1, 8),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
-    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
 }
 

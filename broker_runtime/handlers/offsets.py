@@ -12,7 +12,10 @@ from broker_runtime.protocol.messages import make
 from broker_runtime.replication.partition import Partition
 
 _ZERO = datetime.timedelta(0)
-LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+# The ListOffsets version from which each special timestamp is understood (Kafka's KafkaApis).
+SPECIAL_TIMESTAMP_SINCE = {LATEST: 1, EARLIEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
+NOT_FOUND = (-1, -1, -1)
 
 
 def _leader(ctx: RequestContext, topic: str, index: int) -> Partition:
@@ -27,20 +30,34 @@ def _leader(ctx: RequestContext, topic: str, index: int) -> Partition:
     return partition
 
 
-def _list_offset(partition: Partition, timestamp: int) -> tuple[int, int]:
-    """(timestamp, offset) as Kafka answers a ListOffsets query; -1/-1 when no record matches."""
+def _epoch_of(partition: Partition, offset: int) -> int:
+    """The leader epoch under which `offset` was written (the leader epoch cache), -1 if unknown."""
+    epoch = -1
+    for entry_epoch, start in partition.log.leader_epochs.entries:
+        if start > offset:
+            break
+        epoch = entry_epoch
+    return epoch
+
+
+def _list_offset(partition: Partition, timestamp: int) -> tuple[int, int, int]:
+    """(timestamp, offset, leader epoch) as Kafka answers a ListOffsets query; -1s when no record matches.
+
+    Without tiered storage the local log start is the log start, and nothing is tiered (offset -1)."""
     plog = partition.log
     if timestamp == LATEST:
-        return -1, partition.high_watermark
-    if timestamp == EARLIEST:
-        return -1, plog.log_start_offset
-    if timestamp == MAX_TIMESTAMP:
-        found = plog.max_timestamp()
-        return (found[1], found[0]) if found else (-1, -1)
-    found = plog.offset_for_timestamp(timestamp)
+        return -1, partition.high_watermark, partition.leader_epoch
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        epochs = plog.leader_epochs.entries
+        first = epochs[0][0] if epochs and epochs[0][1] <= plog.log_start_offset else -1
+        return -1, plog.log_start_offset, first
+    if timestamp == LATEST_TIERED:
+        return NOT_FOUND
+    found = plog.max_timestamp() if timestamp == MAX_TIMESTAMP else plog.offset_for_timestamp(timestamp)
     if found is None or found[0] >= partition.high_watermark:
-        return -1, -1
-    return found[1], found[0]
+        return NOT_FOUND
+    offset, found_timestamp = found
+    return found_timestamp, offset, _epoch_of(partition, offset)
 
 
 async def handle_list_offsets(ctx: RequestContext, request) -> object:
@@ -54,14 +71,14 @@ async def handle_list_offsets(ctx: RequestContext, request) -> object:
             try:
                 if (t.name, p.partition_index) in duplicated:
                     raise KafkaError(ErrorCode.invalid_request, "partition appears more than once")
+                if p.timestamp < 0 and ctx.api_version < SPECIAL_TIMESTAMP_SINCE.get(p.timestamp, 2**15):
+                    raise KafkaError(ErrorCode.unsupported_version)
                 partition = _leader(ctx, t.name, p.partition_index)
                 partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-                if p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7:
-                    raise KafkaError(ErrorCode.unsupported_version)
-                timestamp, offset = _list_offset(partition, p.timestamp)
+                timestamp, offset, epoch = _list_offset(partition, p.timestamp)
                 parts.append(make(
                     types.ListOffsetsPartitionResponse, partition_index=p.partition_index, error_code=ErrorCode.none,
-                    timestamp=timestamp, offset=offset, leader_epoch=partition.leader_epoch,
+                    timestamp=timestamp, offset=offset, leader_epoch=epoch,
                 ))  # fmt: skip
             except KafkaError as exc:
                 parts.append(make(

@@ -15,7 +15,7 @@ from broker_runtime.handlers.configs import (
 )
 from broker_runtime.handlers.fetch import handle_fetch
 from broker_runtime.handlers.groups import GROUP_API_VERSIONS, GROUP_HANDLERS
-from broker_runtime.handlers.metadata import handle_metadata
+from broker_runtime.handlers.metadata import handle_describe_topic_partitions, handle_metadata
 from broker_runtime.handlers.offsets import (
     handle_delete_records,
     handle_list_offsets,
@@ -46,6 +46,7 @@ HANDLERS = {
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: handle_describe_topic_partitions,
     **GROUP_HANDLERS,
 }
 VERSIONS = {**CORE_API_VERSIONS, **GROUP_API_VERSIONS}

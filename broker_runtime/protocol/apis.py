@@ -1,10 +1,16 @@
-"""The advertised API version table, as data.
+"""The advertised API version table and feature levels, as data.
 
-It reads as one real Kafka release: Kafka 3.0's maxima (so kafka-python infers 3.0 and librdkafka enables
-idempotence, zstd and the balanced consumer) with Kafka 4.0's raised minimums (KIP-896) where the message
-specs behind `kio` no longer carry the old versions. Produce keeps min 0 as Kafka 4.0 does (KAFKA-18659):
-older librdkafka disables compression otherwise; versions 0-2 (magic 0/1) are refused at request time.
-Group APIs are merged in by the group package when it is present.
+It reads as one real Kafka release: the maxima of a Kafka 3.9 broker in ZooKeeper mode (the message specs'
+`validVersions` for the `zkBroker` listener, stable versions only), so kafka-python infers 3.9 and librdkafka
+enables idempotence, zstd and the balanced consumer. The minimums are Kafka 4.0's (KIP-896) where the message
+specs behind `kio` no longer carry the old versions. Produce keeps min 0 as Kafka 4.0 does (KAFKA-18659): older
+librdkafka disables compression otherwise; versions 0-2 (magic 0/1) are refused at request time.
+
+Deliberate differences from a 3.9 ZooKeeper-mode broker: APIs whose feature is not built are not advertised
+(a 3.9 broker advertises ConsumerGroupHeartbeat and answers it UNSUPPORTED_VERSION; clients that see it not
+advertised use the classic protocol at once), and DescribeTopicPartitions (KIP-966), which only KRaft brokers
+serve, is advertised because newer admin clients use it for paginated topic descriptions.
+Group APIs are merged in by the group handlers.
 """
 
 from __future__ import annotations
@@ -40,27 +46,36 @@ class ApiKey(enum.IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 # api key -> (min, max) this broker implements outside the group package.
 CORE_API_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (0, 9),
-    ApiKey.FETCH: (4, 12),
-    ApiKey.LIST_OFFSETS: (1, 7),
-    ApiKey.METADATA: (0, 11),
-    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.PRODUCE: (0, 11),
+    ApiKey.FETCH: (4, 17),
+    ApiKey.LIST_OFFSETS: (1, 9),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.DELETE_RECORDS: (0, 2),
-    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
-    ApiKey.DESCRIBE_LOG_DIRS: (1, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
 }
 
 # Versions inside an advertised range that the broker still refuses per request (see module docstring).
 REFUSED_VERSIONS: dict[int, range] = {ApiKey.PRODUCE: range(0, 3)}
+
+# ApiVersions v3+: the feature ranges a Kafka 3.9 ZooKeeper-mode broker supports (BrokerFeatures) and the
+# levels a fresh 3.9 cluster finalizes in its /feature znode (each feature at its maximum, kraft.version at 0,
+# which is not listed because level 0 means "off"). name -> (min, max) / level.
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {"metadata.version": (1, 21), "kraft.version": (0, 1)}
+FINALIZED_FEATURES: dict[str, int] = {"metadata.version": 21}
+FINALIZED_FEATURES_EPOCH = 0

@@ -1,4 +1,4 @@
-"""ProduceResponse v3-v9 encoded by hand: it is the most frequent response, and building it through generic
+"""ProduceResponse v3-v11 encoded by hand: it is the most frequent response, and building it through generic
 kio dataclasses costs more than the append it acknowledges. `tests/unit/protocol` checks these bytes against
 kio's encoder for every version and shape.
 """

@@ -167,6 +167,29 @@ const ops = {
     }
   },
 
+  // The ApiVersions table kafkajs read, and per API it uses: {apiName: [version it speaks, newest it knows]}.
+  async apiVersions (req) {
+    const kafka = client(req)
+    const sym = Object.getOwnPropertySymbols(kafka).find(s => s.description === 'private:Kafka:createCluster')
+    const cluster = kafka[sym]({ allowAutoTopicCreation: false })
+    await cluster.connect()
+    try {
+      const { requests } = require('kafkajs/src/protocol/requests')
+      const apiKeys = require('kafkajs/src/protocol/requests/apiKeys')
+      const advertised = cluster.brokerPool.versions
+      const chosen = {}
+      for (const [name, key] of Object.entries(apiKeys)) {
+        const definition = requests[name]
+        if (!definition || !advertised[key] || !definition.versions.length) continue
+        const best = Math.max(...definition.versions.map(Number))
+        chosen[name] = [Math.min(best, advertised[key].maxVersion), best]
+      }
+      return { advertised, chosen }
+    } finally {
+      await cluster.disconnect()
+    }
+  },
+
   async createTopics (req) {
     return withAdmin(req, admin => admin.createTopics({
       topics: req.topics,
