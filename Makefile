@@ -48,6 +48,7 @@ test: install
 bench: install
 	$(PY) bench/run.py
 	$(PY) bench/jobs_bench.py
+	$(PY) bench/console.py
 
 # The three PySpark reports against a running cluster, into var/reports/<report>/<time>/.
 REPORT_ARGS ?= --bootstrap-servers 127.0.0.1:9092 --since 24h

@@ -160,6 +160,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {"EncodingEnum": "console.topics.messages.ENCODINGS"},
 }
 
 # Celery: Redis as the broker; no result backend (operations keep their state in the database).

@@ -137,8 +137,8 @@ class HeaderIn(serializers.Serializer):
 class ProduceIn(serializers.Serializer):
     key = serializers.CharField(required=False, allow_null=True, allow_blank=True, default=None)
     value = serializers.CharField(required=False, allow_null=True, allow_blank=True, default=None)
-    key_encoding = serializers.ChoiceField(choices=["text", "json", "base64", "hex"], default="text")
-    value_encoding = serializers.ChoiceField(choices=["text", "json", "base64", "hex"], default="text")
+    key_encoding = serializers.ChoiceField(choices=messages.ENCODINGS, default="text")
+    value_encoding = serializers.ChoiceField(choices=messages.ENCODINGS, default="text")
     headers = HeaderIn(many=True, required=False, default=list)
     partition = serializers.IntegerField(required=False, allow_null=True, min_value=0, default=None)
 

@@ -22,6 +22,7 @@ from console.errors import Invalid
 
 MODES = ("newest", "oldest", "offset", "timestamp", "tail")
 FORMATS = ("auto", "text", "json", "hex")
+ENCODINGS = ("text", "json", "base64", "hex")  # of keys and values sent to produce
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 50
 MAX_TIME_LIMIT_S = 10.0

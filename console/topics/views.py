@@ -259,7 +259,7 @@ def topic_produce(request, cluster, topic):
             return HttpResponseRedirect(
                 reverse("topic_messages", args=[cluster.pk, topic]) + f"?mode=newest&partition={where[0]}"
             )
-    context.update(form=form, encodings=("text", "json", "base64", "hex"))
+    context.update(form=form, encodings=messages.ENCODINGS)
     return context
 
 
