@@ -11,7 +11,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.utils.cache import patch_vary_headers
 
@@ -79,6 +79,26 @@ def run_action(
     if success:
         messages.success(request, success)
     return True, result
+
+
+def config_change(
+    request: HttpRequest, apply: Callable[[dict[str, str | None]], Any], back: str
+) -> HttpResponse:
+    """A config table's Set or Reset button: apply {name: value} (None resets it) and go back to the table,
+    filtered on that config."""
+    name = request.POST.get("name", "").strip()
+    delete = request.POST.get("op") == "delete"
+    value = None if delete else request.POST.get("value", "")
+    run_action(
+        request,
+        lambda: apply({name: value}),
+        success=f"{name} {'reset to its default' if delete else f'set to {value!r}'}.",
+    )
+    return HttpResponseRedirect(f"{back}?q={name}")
+
+
+def filter_configs(rows: list, query: str) -> list:
+    return [c for c in rows if query.lower() in c.name.lower()] if query else rows
 
 
 def forbidden(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

@@ -10,7 +10,7 @@ from console.access import can
 from console.clusters import actions, selectors
 from console.clusters.client import client_for
 from console.clusters.models import Cluster
-from console.web import page, run_action
+from console.web import config_change, filter_configs, page, run_action
 
 
 def home(request):
@@ -48,27 +48,22 @@ def broker_list(request, cluster):
 
 @page("clusters/broker.html", fragment="clusters/_configs.html")
 def broker_detail(request, cluster, broker_id):
+    back = reverse("broker", args=[cluster.pk, broker_id])
     if request.method == "POST":
-        name = request.POST.get("name", "").strip()
-        delete = request.POST.get("op") == "delete"
-        value = None if delete else request.POST.get("value", "")
-        run_action(
+        return config_change(
             request,
-            lambda: actions.do_alter_broker_configs(
-                request.user, cluster, broker_id, changes={name: value}, source="web"
+            lambda changes: actions.do_alter_broker_configs(
+                request.user, cluster, broker_id, changes=changes, source="web"
             ),
-            success=f"{name} {'reset to its default' if delete else 'set to ' + repr(value)} on broker {broker_id}.",
+            back,
         )
-        return HttpResponseRedirect(reverse("broker", args=[cluster.pk, broker_id]) + f"?q={name}")
     query = request.GET.get("q", "").strip()
-    configs = client_for(cluster).broker_configs(broker_id)
-    if query:
-        configs = [c for c in configs if query.lower() in c.name.lower()]
+    configs = filter_configs(client_for(cluster).broker_configs(broker_id), query)
     return {
         "broker": selectors.broker(cluster, broker_id),
         "configs": configs,
         "q": query,
         "nav": "brokers",
-        "config_target": reverse("broker", args=[cluster.pk, broker_id]),
+        "config_target": back,
         "can_edit_configs": can(request.user, "broker.alter_configs"),
     }

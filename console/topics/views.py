@@ -16,7 +16,7 @@ from console.access import can
 from console.clusters.client import client_for
 from console.errors import ConsoleError, Invalid
 from console.topics import actions, messages, selectors
-from console.web import page, paginate, run_action
+from console.web import config_change, filter_configs, page, paginate, run_action
 
 
 def _int(data, name: str, *, required: bool = True) -> int | None:
@@ -119,27 +119,22 @@ def topic_detail(request, cluster, topic):
 
 @page("topics/configs.html", fragment="clusters/_configs.html")
 def topic_configs(request, cluster, topic):
+    back = reverse("topic_configs", args=[cluster.pk, topic])
     if request.method == "POST":
-        name = request.POST.get("name", "").strip()
-        delete = request.POST.get("op") == "delete"
-        value = None if delete else request.POST.get("value", "")
-        run_action(
+        return config_change(
             request,
-            lambda: actions.do_alter_topic_configs(
-                request.user, cluster, topic, changes={name: value}, source="web"
+            lambda changes: actions.do_alter_topic_configs(
+                request.user, cluster, topic, changes=changes, source="web"
             ),
-            success=f"{name} {'reset to its default' if delete else 'set to ' + repr(value)}.",
+            back,
         )
-        return HttpResponseRedirect(reverse("topic_configs", args=[cluster.pk, topic]) + f"?q={name}")
     context = _topic_context(cluster, topic, "configs")
     query = request.GET.get("q", "").strip()
-    configs = client_for(cluster).topic_configs(topic)
-    if query:
-        configs = [c for c in configs if query.lower() in c.name.lower()]
+    configs = filter_configs(client_for(cluster).topic_configs(topic), query)
     context.update(
         configs=configs,
         q=query,
-        config_target=reverse("topic_configs", args=[cluster.pk, topic]),
+        config_target=back,
         can_edit_configs=can(request.user, "topic.alter_configs"),
     )
     return context
