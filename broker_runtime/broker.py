@@ -127,7 +127,7 @@ class Broker:
         for topic, index, assignment in hosted:
             self._host_partition(topic, index, assignment, self.log_manager.get_log(topic.name, index))
         self._start_coordinators()
-        self._listener = Listener(self.dispatcher, self.bind_address, self.config["socket.request.max.bytes"])
+        self._listener = Listener(self.dispatcher, self.bind_address, self.config, self.clock)
         await self._listener.start()
         self._housekeeping = [
             asyncio.create_task(self._every("log.retention.check.interval.ms", self._run_retention)),

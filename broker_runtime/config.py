@@ -172,6 +172,32 @@ def _version(v: Any) -> str | None:
     return "is not a Kafka version such as 3.0 or 3.0-IV1"
 
 
+_HOST_PATTERN = re.compile(r"[0-9a-zA-Z\-%._:]*")  # Kafka's Utils.validHostPattern
+
+
+def parse_ip_overrides(value: str) -> dict[str, int]:
+    """max.connections.per.ip.overrides, 'host:count,...'; the last ':' splits, so IPv6 addresses work (Kafka's
+    Csv.parseCsvMap). Raises ValueError."""
+    out = {}
+    for item in re.split(r"\s*,\s*", value.strip()) if value.strip() else ():
+        host, sep, count = item.rpartition(":")
+        host, count = host.strip(), count.strip()
+        if not sep or not host or not _HOST_PATTERN.fullmatch(host):
+            raise ValueError(f"{item!r} is not host:count")
+        if not re.fullmatch(r"\d+", count):
+            raise ValueError(f"the count of {host!r} is not a non-negative integer")
+        out[host] = int(count)
+    return out
+
+
+def _ip_overrides(v: Any) -> str | None:
+    try:
+        parse_ip_overrides(v)
+    except ValueError as exc:
+        return f"is not a list of host:count ({exc})"
+    return None
+
+
 def _empty_only(what: str) -> Validator:
     def check(v: Any) -> str | None:
         if not v:
@@ -489,17 +515,18 @@ _BROKER_DEFS: list[ConfigDef] = [
     _d("num.io.threads", INT, 8, "Request handler threads." + UNUSED + " (one asyncio event loop)", at_least(1),
        dynamic=True, unused=True),
     _d("background.threads", INT, 10, "Background threads." + UNUSED, at_least(1), dynamic=True, unused=True),
-    _d("queued.max.requests", INT, 500, "Max requests queued per connection before reading pauses.",
-       at_least(1)),
-    _d("connections.max.idle.ms", LONG, 600000, "Idle connections are closed after this long."),
+    _d("queued.max.requests", INT, 500, "Max requests read off the sockets whose handler has not started; at the "
+       "limit no connection takes another request until handlers catch up.", at_least(1)),
+    _d("connections.max.idle.ms", LONG, 600000, "Connections without traffic for this long are closed; -1 = "
+       "never."),
     _d("max.connections", INT, INT_MAX, "Max connections on the broker.", at_least(0), dynamic=True),
     _d("max.connections.per.ip", INT, INT_MAX, "Max connections from one IP.", at_least(0), dynamic=True),
     _d("max.connections.per.ip.overrides", STR, "", "Per-IP or hostname overrides of max.connections.per.ip, "
-       "as host:count,...", dynamic=True),
+       "as host:count,...", _ip_overrides, dynamic=True),
     _d("max.connection.creation.rate", INT, INT_MAX, "Max new connections per second.", at_least(0),
        dynamic=True),
-    _d("queued.max.request.bytes", LONG, -1, "Max bytes of queued requests before reading stops; -1 = no "
-       "limit."),
+    _d("queued.max.request.bytes", LONG, -1, "Memory pool for request bytes: a request's size is reserved "
+       "before it is read, and reading stops while the pool is used up; -1 = no limit."),
     _d("request.timeout.ms", INT, 30000, "Timeout of the broker's own client requests (inter-broker)."),
     _d("max.request.partition.size.limit", INT, 2000, "Max partitions described in one DescribeTopicPartitions "
        "response.", at_least(1)),
@@ -1169,6 +1196,11 @@ class BrokerConfig:
                 f"replica.fetch.wait.max.ms: {wait} is greater than replica.lag.time.max.ms "
                 f"{self.raw('replica.lag.time.max.ms')} (followers would drop out of the ISR)",
                 "replica.fetch.wait.max.ms",
+            )
+        if self.raw("max.connections.per.ip") == 0 and not self.raw("max.connections.per.ip.overrides"):
+            raise ConfigError(
+                "max.connections.per.ip: can be set to zero only if max.connections.per.ip.overrides is set",
+                "max.connections.per.ip",
             )
         queued = self.raw("queued.max.request.bytes")
         if 0 < queued < self.raw("socket.request.max.bytes"):

@@ -1,6 +1,7 @@
-"""Sans-I/O framing: bytes in, requests out; responses in, bytes out. No sockets, no asyncio.
+"""Sans-I/O framing: request headers and bodies in, framed responses out. No sockets, no asyncio.
 
-A Kafka frame is a 4-byte big-endian size followed by that many bytes. A request starts with a header
+A Kafka frame is a 4-byte big-endian size followed by that many bytes (split out of the byte stream by
+protocol/connection.py). A request starts with a header
 (api key, api version, correlation id, client id, and tagged fields when the request version is flexible);
 the body is decoded with `kio`. Anything that does not parse raises `FrameError`, and the connection that
 sent it is closed: Kafka does the same, because a client that sent one bad frame has lost sync.
@@ -52,40 +53,6 @@ class EncodedBody:
 
     body: bytes
     flexible: bool
-
-
-class FrameDecoder:
-    """Accumulates received bytes and splits them into frames."""
-
-    __slots__ = ("_buf", "_max_size")
-
-    def __init__(self, max_size: int) -> None:
-        self._buf = bytearray()
-        self._max_size = max_size
-
-    def feed(self, data: bytes) -> list[memoryview]:
-        buf = self._buf
-        buf += data
-        frames = []
-        pos = 0
-        end = len(buf)
-        while end - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 0 or size > self._max_size:
-                raise FrameError(
-                    f"frame of {size} bytes is outside 0..socket.request.max.bytes ({self._max_size})"
-                )
-            if end - pos - 4 < size:
-                break
-            frames.append(memoryview(bytes(buf[pos + 4 : pos + 4 + size])))
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
-        return frames
-
-    @property
-    def buffered(self) -> int:
-        return len(self._buf)
 
 
 @cache

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import struct
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker_runtime.handlers.api_versions import unsupported_version_response
 from broker_runtime.protocol.apis import CORE_API_VERSIONS
 from broker_runtime.protocol.framing import (
-    FrameDecoder,
     FrameError,
     decode_body,
     encode_response,
@@ -27,27 +25,11 @@ API_VERSIONS_V0 = bytes.fromhex(
 )  # fmt: skip
 
 
-def test_decoder_splits_frames_delivered_byte_by_byte() -> None:
-    frame = struct.pack(">i", len(API_VERSIONS_V0)) + API_VERSIONS_V0
-    decoder = FrameDecoder(1024)
-    frames = []
-    for byte in frame * 2:
-        frames += decoder.feed(bytes([byte]))
-    assert [bytes(f) for f in frames] == [API_VERSIONS_V0, API_VERSIONS_V0]
-    assert decoder.buffered == 0
-
-
 def test_header_and_empty_body_parse() -> None:
     header, pos = parse_header(memoryview(API_VERSIONS_V0))
     assert (header.api_key, header.api_version, header.correlation_id, header.client_id) == (18, 0, 7, "c")
     body = decode_body(header, memoryview(API_VERSIONS_V0), pos)
     assert type(body).__name__ == "ApiVersionsRequest"
-
-
-@pytest.mark.parametrize("size", [-1, 1025])
-def test_frame_size_outside_limit_is_refused(size: int) -> None:
-    with pytest.raises(FrameError, match=r"socket\.request\.max\.bytes"):
-        FrameDecoder(1024).feed(struct.pack(">i", size))
 
 
 def test_trailing_bytes_are_ignored_as_kafka_does() -> None:

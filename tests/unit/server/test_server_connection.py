@@ -1,0 +1,129 @@
+"""The asyncio connection and listener with real sockets, in process, around a dispatch table of test handlers
+(ApiVersions v0 requests whose handler does what the correlation id says): a cancelled handler or a failed one
+closes its connection instead of leaving the client waiting, and `queued.max.requests` holds requests back until
+the queued ones have started."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+from kio.schema.api_versions.v0.response import ApiVersionsResponse
+from kio.schema.errors import ErrorCode
+
+from broker_runtime.clock import Clock
+from broker_runtime.config import BrokerConfig
+from broker_runtime.server.dispatch import Dispatcher
+from broker_runtime.server.listener import Listener
+
+OK = ApiVersionsResponse(error_code=ErrorCode.none, api_keys=())
+PARK, CANCEL, FAIL = 100, 200, 300  # correlation ids that make the test handler park, cancel itself, fail
+
+
+def request(correlation_id: int) -> bytes:
+    body = struct.pack(">hhih", 18, 0, correlation_id, 1) + b"t"
+    return struct.pack(">i", len(body)) + body
+
+
+async def serve(tmp_path, handler, **config: str) -> Listener:
+    broker_config = BrokerConfig(
+        {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path), **config}
+    )
+    listener = Listener(
+        Dispatcher(None, {18: handler}, {18: (0, 3)}), broker_config.listeners[0], broker_config, Clock()
+    )
+    await listener.start()
+    return listener
+
+
+async def read_answers(reader: asyncio.StreamReader) -> tuple[list[int], bool]:
+    """Correlation ids answered until the broker closes the connection (True) or stays silent for 5 s."""
+    got = []
+    try:
+        while True:
+            (size,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 5))
+            frame = await reader.readexactly(size)
+            got.append(struct.unpack_from(">i", frame, 0)[0])
+    except asyncio.IncompleteReadError:
+        return got, True
+    except TimeoutError:
+        return got, False
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def test_a_cancelled_handler_closes_its_connection_instead_of_leaving_a_hole(tmp_path) -> None:
+    release = asyncio.Event()
+
+    async def handler(ctx, _request):
+        if ctx.header.correlation_id == PARK:
+            await release.wait()
+        if ctx.header.correlation_id == CANCEL:
+            asyncio.current_task().cancel()
+            await asyncio.sleep(0)
+        return OK
+
+    async def scenario():
+        listener = await serve(tmp_path, handler)
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(request(1) + request(PARK) + request(CANCEL) + request(2))
+        await writer.drain()
+        asyncio.get_running_loop().call_later(0.1, release.set)
+        got, closed = await read_answers(reader)
+        # The answers before the cancelled request may go out; nothing after it, and the connection closes.
+        assert closed and got in ([1], [1, PARK]), (got, closed)
+        writer.close()
+        await listener.stop()
+
+    run(scenario())
+
+
+def test_a_failed_handler_closes_its_connection(tmp_path) -> None:
+    async def handler(ctx, _request):
+        if ctx.header.correlation_id == FAIL:
+            raise RuntimeError("a bug")
+        return OK
+
+    async def scenario():
+        listener = await serve(tmp_path, handler)
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(request(1) + request(FAIL) + request(2))
+        await writer.drain()
+        assert await read_answers(reader) == ([1], True)
+        writer.close()
+        await listener.stop()
+
+    run(scenario())
+
+
+def test_queued_requests_wait_until_the_queue_has_room(tmp_path) -> None:
+    queued_when_started: list[int] = []
+    listener: Listener | None = None
+
+    async def handler(_ctx, _request):
+        assert listener is not None
+        queued_when_started.append(listener.queue.queued)
+        return OK
+
+    async def scenario():
+        nonlocal listener
+        listener = await serve(tmp_path, handler, **{"queued.max.requests": "1"})
+        connections = [await asyncio.open_connection("127.0.0.1", listener.port) for _ in range(4)]
+        for _, writer in connections:
+            writer.write(b"".join(request(i) for i in range(1, 11)))  # ten requests in one segment
+        for _, writer in connections:
+            await writer.drain()
+        for reader, writer in connections:
+            got = []
+            while len(got) < 10:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                got.append(struct.unpack_from(">i", await reader.readexactly(size), 0)[0])
+            assert got == list(range(1, 11))
+            writer.close()
+        # Each handler started with only its own request counted as queued: none was read ahead of it.
+        assert len(queued_when_started) == 40 and max(queued_when_started) == 1
+        await listener.stop()
+
+    run(scenario())
