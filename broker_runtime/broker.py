@@ -100,9 +100,8 @@ class Broker:
         # Produce validation that must decompress (bounded, GIL released) runs here, off the event loop.
         self.record_workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="record-check")
         self.stopped = asyncio.Event()
-        self.halted = (
-            asyncio.Event()
-        )  # storage failed beyond what the broker can serve around: exit, no cleanup
+        # Set when storage failed beyond what the broker can serve around: exit without a clean shutdown.
+        self.halted = asyncio.Event()
         self.halt_reason: str | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------------------

@@ -53,7 +53,8 @@ T = TypeVar("T")
 
 
 class LogDirError(Exception):
-    """A log dir cannot be used (locked by another process, or meta.properties disagrees with the config)."""
+    """Log dirs cannot be used: one is locked by another process or its meta.properties disagrees with the
+    config, or none is usable."""
 
 
 def parse_partition_dir(name: str) -> Key | None:
@@ -105,9 +106,8 @@ class NewLog:
     partition: int
     config: LogConfig
     topic_id: uuid.UUID
-    leader_epoch: int | None = (
-        None  # this broker leads: record where the epoch starts (Kafka does on leadership)
-    )
+    # This broker leads: record where the epoch starts, as Kafka does on becoming leader.
+    leader_epoch: int | None = None
 
     @property
     def key(self) -> Key:
@@ -133,11 +133,11 @@ class _DirCheckpoints:
 
 @dataclass
 class _Failures:
-    """OSErrors met by a job's `run`, per log dir (the first one of each)."""
+    """I/O errors met by a job's `run`, per log dir (the first one of each)."""
 
-    errors: dict[Path, tuple[str, OSError]] = field(default_factory=dict)
+    errors: dict[Path, tuple[str, Exception]] = field(default_factory=dict)
 
-    def add(self, log_dir: Path, what: str, error: OSError) -> None:
+    def add(self, log_dir: Path, what: str, error: Exception) -> None:
         self.errors.setdefault(log_dir, (what, error))
 
     def __contains__(self, log_dir: Path) -> bool:
@@ -490,17 +490,23 @@ class LogManager:
         return StorageJob(run, finish)
 
     def set_aside_stray_logs(self, keys: Iterable[Key]) -> None:
-        """Rename logs nothing assigns here to `<topic>-<p>.<uuidhex>-stray` (Kafka's name) and stop serving
-        them; never delete them (in place, at start-up)."""
+        """Rename logs nothing assigns here to `<topic>-<p>.<uuidhex>-stray` (Kafka's name), untouched, and stop
+        serving them; never delete them (in place, at start-up)."""
         for key in keys:
-            partition_log = self._logs.pop(key)
+            partition_log = self._logs.pop(key, None)
+            if partition_log is None:  # its log dir failed meanwhile
+                continue
             log_dir = self._log_dir_of.pop(key)
             self.topic_ids.pop(key, None)
             self._high_watermarks.pop(key, None)
-            partition_log.close()
+            partition_log.close_without_flush()
             stray = log_dir / f"{key[0]}-{key[1]}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
-            self.fs.rename(partition_log.dir, stray)
-            self.fs.fsync_dir(log_dir)
+            try:
+                self.fs.rename(partition_log.dir, stray)
+                self.fs.fsync_dir(log_dir)
+            except OSError as error:
+                self.handle_dir_failure(log_dir, f"setting {partition_log.dir} aside", error)
+                continue
             log.warning(
                 "%s holds offsets %d-%d of %s-%d, which the cluster metadata does not assign to this broker: "
                 "kept aside as %s (delete it once you know it is not needed)",

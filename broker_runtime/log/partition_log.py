@@ -120,9 +120,8 @@ class PartitionLog:
         self.producer_state = ProducerStateManager()
         self.unflushed_messages = 0
         self.last_flush_ms = clock.time_ms()
-        self._dir_changes = self._dir_synced = (
-            0  # segment files created or deleted; how many a dir fsync covers
-        )
+        # Segment files created or deleted so far, and how many of those changes a partition-dir fsync covers.
+        self._dir_changes = self._dir_synced = 0
         self.on_io_error: Callable[[PartitionLog, OSError], None] | None = None
         self.closed = False
         self.failed = False

@@ -507,7 +507,9 @@ class Command:
             table.append(row)
         if not table:
             return
-        minimums = [15, 15] + ([17] if with_instance else []) + [15, 15, 15] + ([0] if self.args.verbose else [])
+        minimums = (
+            [15, 15] + ([17] if with_instance else []) + [15, 15, 15] + ([0] if self.args.verbose else [])
+        )
         self._table(header, table, minimums)
 
     def _describe_state(self, info: GroupInfo) -> None:
