@@ -97,6 +97,7 @@ class Broker:
         self._producer_ids = iter(())
         self.group_coordinator = None
         self._produce_policies: dict[str, ProducePolicy] = {}
+        self._log_configs: dict[str, LogConfig] = {}
         # Produce validation that must decompress (bounded, GIL released) runs here, off the event loop.
         self.record_workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="record-check")
         self.stopped = asyncio.Event()
@@ -274,7 +275,20 @@ class Broker:
         return self.topic_log_config(topic) if topic else LogConfig()
 
     def topic_log_config(self, topic: TopicInfo) -> LogConfig:
-        return LogConfig.from_topic_config(self.config.effective_topic_config(topic.configs))
+        """Cached: a topic of thousands of partitions resolves its configs once."""
+        config = self._log_configs.get(topic.name)
+        if config is None:
+            config = LogConfig.from_topic_config(self.config.effective_topic_config(topic.configs))
+            self._log_configs[topic.name] = config
+        return config
+
+    def _forget_topic_configs(self, name: str | None = None) -> None:
+        """Drop cached effective configs of a topic, or of every topic after a broker config change."""
+        for cache in (self._produce_policies, self._log_configs):
+            if name is None:
+                cache.clear()
+            else:
+                cache.pop(name, None)
 
     def _min_insync_replicas(self, topic: str) -> int:
         return self.produce_policy(topic).min_insync_replicas
@@ -456,7 +470,7 @@ class Broker:
         """Forget the topic everywhere now; then its metadata is saved (remembering the deletion until its logs
         are renamed) and every log dir is rewritten once, off the event loop. Kafka's order."""
         name = topic.name
-        self._produce_policies.pop(name, None)
+        self._forget_topic_configs(name)
         keys = [(name, index) for index in topic.partitions]
         for key in keys:
             self.replica_manager.remove_partition(*key)
@@ -519,7 +533,7 @@ class Broker:
         if validate_only:
             return
         saved = self.metadata.set_topic_configs(name, clean)  # in memory now, durable once awaited
-        self._produce_policies.pop(name, None)
+        self._forget_topic_configs(name)
         self.log_manager.update_config(name, self.topic_log_config(topic))
         await self._detached(saved)
 
@@ -537,7 +551,7 @@ class Broker:
         except ConfigError as exc:
             raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
         saved = self.metadata.set_broker_configs(entity, configs)  # in memory now, durable once awaited
-        self._produce_policies.clear()
+        self._forget_topic_configs()
         for topic in self.metadata.topics().values():
             self.log_manager.update_config(topic.name, self.topic_log_config(topic))
         await self._detached(saved)

@@ -16,7 +16,7 @@ import base64
 import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -88,6 +88,7 @@ class StandaloneMetadataStore:
         self._topics: dict[str, TopicInfo] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._deleting: set[uuid.UUID] = set()  # deleted topics whose logs may still be on disk
+        self._topic_json: dict[str, str] = {}  # each topic's part of the file, made again when it changes
         self._next_producer_id = 0
         self._fs.mkdir(self._dir)
         if self._fs.exists(self._path):
@@ -119,12 +120,12 @@ class StandaloneMetadataStore:
 
     def create_topic(self, topic: TopicInfo) -> Awaitable[None]:
         self._topics[topic.name] = topic
-        return self._save()
+        return self._save(topic.name)
 
     def delete_topic(self, name: str) -> Awaitable[None]:
         topic = self._topics.pop(name)
         self._deleting.add(topic.topic_id)
-        return self._save()
+        return self._save(name)
 
     def topic_deleted(self, topic_id: uuid.UUID) -> None:
         """The topic's logs are renamed for deletion; the next save forgets it."""
@@ -132,11 +133,11 @@ class StandaloneMetadataStore:
 
     def add_partitions(self, name: str, new: Mapping[int, PartitionAssignment]) -> Awaitable[None]:
         self._topics[name].partitions.update(new)
-        return self._save()
+        return self._save(name)
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> Awaitable[None]:
         self._topics[name].configs = dict(configs)
-        return self._save()
+        return self._save(name)
 
     def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> Awaitable[None]:
         if configs:
@@ -177,31 +178,48 @@ class StandaloneMetadataStore:
             raise MetadataFileError(f"{self._path}: cannot read the cluster metadata: {error!r}") from None
 
     def _serialize(self) -> bytes:
-        data = {
+        """The whole file; a topic's part is encoded again only when it changed, so that saving a change to a
+        cluster of thousands of partitions costs the event loop little."""
+        head = {
             "version": 1,
             "cluster_id": self.cluster_id,
             "next_producer_id": self._next_producer_id,
             "broker_configs": self._broker_configs,
             "deleting_topic_ids": sorted(str(t) for t in self._deleting),
-            "topics": [
-                {
-                    "name": t.name,
-                    "topic_id": str(t.topic_id),
-                    "internal": t.internal,
-                    "configs": t.configs,
-                    "partitions": {str(p): asdict(a) for p, a in sorted(t.partitions.items())},
-                }
-                for t in self._topics.values()
-            ],
         }
-        return json.dumps(data, indent=1, sort_keys=True).encode()
+        topics = ",\n".join(self._encoded_topic(name) for name in sorted(self._topics))
+        head_without_closing_brace = json.dumps(head, indent=1, sort_keys=True).removesuffix("\n}")
+        return f'{head_without_closing_brace},\n "topics": [\n{topics}\n ]\n}}\n'.encode()
+
+    def _encoded_topic(self, name: str) -> str:
+        encoded = self._topic_json.get(name)
+        if encoded is None:
+            t = self._topics[name]
+            partitions = {
+                str(p): {
+                    "replicas": a.replicas,
+                    "leader": a.leader,
+                    "leader_epoch": a.leader_epoch,
+                    "isr": a.isr,
+                }
+                for p, a in sorted(t.partitions.items())
+            }
+            encoded = json.dumps(
+                {"name": t.name, "topic_id": str(t.topic_id), "internal": t.internal, "configs": t.configs,
+                 "partitions": partitions},
+                sort_keys=True,
+            )  # fmt: skip
+            self._topic_json[name] = encoded
+        return encoded
 
     def save_now(self) -> None:
         """Write the file in place (start-up)."""
         write_atomically(self._fs, self._path, self._serialize())
 
-    def _save(self) -> asyncio.Future[None]:
+    def _save(self, changed_topic: str | None = None) -> asyncio.Future[None]:
         # Serialized now; the tasks start in creation order, so the writes are queued in the order of the changes.
+        if changed_topic is not None:
+            self._topic_json.pop(changed_topic, None)
         data = self._serialize()
         return asyncio.ensure_future(self._run_blocking(lambda: write_atomically(self._fs, self._path, data)))
 
