@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from console.audit.recording import action
-from console.clusters.client import client_for
+from console.clusters.client import client_for, forget
 from console.clusters.models import Cluster
 from console.errors import Invalid
 
@@ -38,6 +38,7 @@ def do_update_cluster(user: Any, cluster: Cluster, *, changes: dict[str, str], s
             setattr(cluster, key, value)
         cluster.full_clean()
         cluster.save()
+        forget(cluster)
     return cluster
 
 
@@ -52,6 +53,7 @@ def do_delete_cluster(user: Any, cluster: Cluster, *, source: str) -> None:
         resource_name=cluster.name,
         params={"bootstrap_servers": cluster.bootstrap_servers},
     ):
+        forget(cluster)
         cluster.delete()
 
 

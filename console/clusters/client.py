@@ -610,6 +610,15 @@ def client_for(cluster: Any) -> ClusterClient:
         return client
 
 
+def forget(cluster: Any) -> None:
+    """Close and drop the process's client of a cluster (deleted, or its address changed)."""
+    with _clients_lock:
+        stale = [key for key in _clients if key[0] == cluster.pk]
+        clients = [_clients.pop(key) for key in stale]
+    for client in clients:
+        client.close()
+
+
 def close_all() -> None:
     """Close every client of this process (tests, and processes that shut down cleanly)."""
     with _clients_lock:

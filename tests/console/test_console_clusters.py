@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from console.audit.models import AuditEntry, Outcome
+from console.clusters.client import forget
 from console.clusters.models import Cluster
 
 
@@ -65,6 +66,7 @@ def test_unreachable_cluster_is_an_error_panel_not_a_crash(client, personas, db,
     response = client.get(f"/clusters/{dead.pk}/")
     assert response.status_code == 503
     assert b"did not answer" in response.content
+    forget(dead)
 
 
 def test_broker_page_lists_configs_with_sources(client, personas, cluster, shared_broker):
