@@ -75,6 +75,8 @@ class FakeZooKeeper:
         self._next_session = 0x1000
         self.clients: list[FakeZkClient] = []
         self.max_yields = 3
+        #: called as fn(path, old data or None, new data or None) after every change of the tree
+        self.observers: list[Callable[[str, bytes | None, bytes | None], None]] = []
 
     # -- sessions
 
@@ -91,9 +93,7 @@ class FakeZooKeeper:
         """Expire a client's session: its ephemerals are deleted (firing watches), the client learns it and,
         with `renew`, connects again in a new session (as kazoo does by itself)."""
         self._drop_session(client.session_id)
-        client._on_expired()
-        if renew:
-            asyncio.get_running_loop().call_soon(client.renew_session)
+        client._on_expired(renew)
 
     def _drop_session(self, session_id: int | None) -> None:
         for path in sorted(
@@ -115,25 +115,32 @@ class FakeZooKeeper:
         zxid = self._tick()
         self.nodes[path] = _Node(data, zxid, zxid, owner)
         parent.children.add(_name(path))
+        self._observe(path, None, data)
         self._fire(path, WatchKind.DATA)
         self._fire(_parent(path), WatchKind.CHILDREN)
         return path
 
     def _apply_set(self, path: str, data: bytes) -> Stat:
         node = self.nodes[path]
-        node.data = data
+        old, node.data = node.data, data
         node.version += 1
         node.mzxid = self._tick()
+        self._observe(path, old, data)
         self._fire(path, WatchKind.DATA)
         return node.stat()
 
     def _apply_delete(self, path: str) -> None:
-        del self.nodes[path]
+        old = self.nodes.pop(path).data
         self.nodes[_parent(path)].children.discard(_name(path))
         self._tick()
+        self._observe(path, old, None)
         self._fire(path, WatchKind.DATA)
         self._fire(path, WatchKind.CHILDREN)
         self._fire(_parent(path), WatchKind.CHILDREN)
+
+    def _observe(self, path: str, old: bytes | None, new: bytes | None) -> None:
+        for fn in self.observers:
+            fn(path, old, new)
 
     def _fire(self, path: str, kind: WatchKind) -> None:
         for client in self.clients:
@@ -159,9 +166,21 @@ class FakeZooKeeper:
         if version != -1 and node.version != version:
             raise BadVersionError(path)
 
-    def _check_delete(self, path: str, version: int) -> None:
-        self._check_version(path, version)
-        if self.nodes[path].children:
+    def _check_delete(
+        self, path: str, version: int, pending: set[str] | None = None, gone: set[str] | None = None
+    ) -> None:
+        pending, gone = pending or set(), gone or set()
+        if path in gone:
+            raise NoNodeError(path)
+        if path not in pending:
+            self._check_version(path, version)
+        children = (
+            {c for c in self.nodes[path].children if f"{path}/{c}" not in gone}
+            if path in self.nodes
+            else set()
+        )
+        children |= {_name(p) for p in pending if _parent(p) == path}
+        if children:
             raise NotEmptyError(path)
 
     # -- inspection for tests
@@ -185,7 +204,7 @@ class _FakeWatch:
         self.on_change = on_change
 
     def cancel(self) -> None:
-        self.client._watches.discard(self)
+        self.client._watches.pop(self, None)
 
 
 class FakeZkClient:
@@ -196,7 +215,7 @@ class FakeZkClient:
         self.name = name
         self._session_id: int | None = None
         self._reachable = asyncio.Event()  # False while cut off from the ensemble
-        self._watches: set[_FakeWatch] = set()
+        self._watches: dict[_FakeWatch, None] = {}  # insertion order: deterministic delivery
         self._listeners: list[Callable[[SessionState], None]] = []
         self.closed = False
         self.expired = False
@@ -231,14 +250,27 @@ class FakeZkClient:
             self._notify(SessionState.SUSPENDED)
 
     def reconnect(self) -> None:
-        if not self._reachable.is_set() and not self.closed:
+        if self._reachable.is_set() or self.closed:
+            return
+        if self.expired:  # it expired while we were away: we learn it only now, as a real client does
             self._reachable.set()
-            self._notify(SessionState.CONNECTED)
-            self._call_all_watches()
+            self._notify(SessionState.EXPIRED)
+            if self._renew_after_expiry:
+                self.renew_session()
+            return
+        self._reachable.set()
+        self._notify(SessionState.CONNECTED)
+        self._call_all_watches()
 
-    def _on_expired(self) -> None:
+    _renew_after_expiry = True
+
+    def _on_expired(self, renew: bool) -> None:
         self.expired = True
-        self._notify(SessionState.EXPIRED)
+        self._renew_after_expiry = renew
+        if self._reachable.is_set():
+            self._notify(SessionState.EXPIRED)
+            if renew:
+                asyncio.get_running_loop().call_soon(self.renew_session)
 
     def renew_session(self) -> None:
         """After an expiry: connect with a new session (what kazoo does by itself)."""
@@ -275,18 +307,20 @@ class FakeZkClient:
 
     def watch(self, path: str, kind: WatchKind, on_change: Callable[[], None]) -> _FakeWatch:
         w = _FakeWatch(self, path, kind, on_change)
-        self._watches.add(w)
+        self._watches[w] = None
         return w
 
     # -- requests
 
     async def _ready(self) -> None:
+        """Wait as a request on the wire would; a request of a session that expires meanwhile fails."""
         if self.closed:
             raise SessionExpiredError("client closed")
+        session = self._session_id
         for _ in range(self.server.rng.randint(0, self.server.max_yields)):
             await asyncio.sleep(0)
         await self._reachable.wait()
-        if self.expired:
+        if self.expired or self._session_id != session or self.closed:
             raise SessionExpiredError()
 
     async def get(self, path: str) -> tuple[bytes, Stat]:
@@ -341,16 +375,25 @@ class FakeZkClient:
     async def multi(self, ops: Sequence[Op]) -> list[Any]:
         await self._ready()
         s = self.server
-        pending: set[str] = set()
+        pending: set[str] = set()  # created by an earlier operation of this multi
+        gone: set[str] = set()  # deleted by one
         for index, op in enumerate(ops):
             try:
                 if isinstance(op, CreateOp):
-                    s._check_create(op.path, op.sequence, 0, op.ephemeral, pending)
+                    if op.path in gone:
+                        gone.discard(op.path)
+                    else:
+                        s._check_create(op.path, op.sequence, 0, op.ephemeral, pending)
                     pending.add(op.path)
                 elif isinstance(op, SetOp | CheckOp):
-                    s._check_version(op.path, op.version)
+                    if op.path in gone:
+                        raise NoNodeError(op.path)
+                    if op.path not in pending:
+                        s._check_version(op.path, op.version)
                 elif isinstance(op, DeleteOp):
-                    s._check_delete(op.path, op.version)
+                    s._check_delete(op.path, op.version, pending, gone)
+                    pending.discard(op.path)
+                    gone.add(op.path)
             except Exception as exc:
                 raise MultiError(index, exc) from None
         results: list[Any] = []
