@@ -34,8 +34,10 @@ TIMEOUT_MS = 30_000
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Module-scoped: Playwright's sync API keeps an event loop running in this thread until it stops, which
+    would break every later test that calls asyncio.run()."""
     assert Path(CHROMIUM).exists(), "Debian's chromium is not installed (make install installs it)"
     with playwright_sync.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
