@@ -1,4 +1,6 @@
-"""Malformed, truncated, oversized and random requests against a live broker (hypothesis, bounded).
+"""Malformed, truncated, oversized and random requests against a live broker (hypothesis, bounded), including
+bodies shaped by every served API's request schema whose length fields lie and whose fields are null where the
+schema forbids it.
 
 After every example: the broker process is alive, a fresh connection answers ApiVersions, a raw produce/fetch
 round trip works, and a connection opened before the fuzzing (the sentinel) still answers. Requests are built with
@@ -19,6 +21,8 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
+from request_bytes import request_body
 
 MAX_REQUEST_BYTES = 1 << 20  # socket.request.max.bytes on the fuzzed broker (Tansu: its own default)
 FUZZ = settings(
@@ -123,6 +127,21 @@ def drain(sock: socket.socket, timeout: float = 2.0) -> tuple[bytes, bool]:
     return bytes(data), False
 
 
+def first_answer_or_close(sock: socket.socket, timeout: float) -> bytes | None:
+    """One response frame, or None when the broker closes the connection or stays silent for `timeout`."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while len(data) < 4 or len(data) < 4 + struct.unpack_from(">i", data)[0]:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return None
+            data += chunk
+    except (TimeoutError, ConnectionResetError):
+        return None
+    return data
+
+
 def throw(broker, payload: bytes, half_close: bool = True, timeout: float = 2.0) -> tuple[bytes, bool]:
     """Send ``payload`` on a fresh connection, optionally half-close, and collect the reaction."""
     with socket.create_connection((broker.host, broker.port), timeout=5) as s:
@@ -176,6 +195,41 @@ def test_valid_header_garbage_body(fuzz_broker, health, helpers, data):
     head = header_v1(api_key, version) + (b"\x00" if flexible_header else b"")
     throw(fuzz_broker, frame(head + body))
     health(f"after api {api_key} v{version} with a garbage body")
+
+
+@FUZZ
+@given(data=st.data())
+def test_schema_shaped_requests_with_lying_lengths_and_nulls(fuzz_broker, health, helpers, data):
+    """Bodies drawn along each served API's own request schema, where length fields (compact or legacy arrays,
+    strings, bytes, tagged-field sizes) lie: huge, negative, one off either way, or null where the schema does
+    not allow it, at any depth. Flexible versions are drawn half of the time when the API has them."""
+    table = helpers.api_versions_probe(fuzz_broker.host, fuzz_broker.port)
+    api_key = data.draw(st.sampled_from(sorted(table)), label="api_key")
+    lo, hi = table[api_key]
+    versions = [v for v in range(lo, hi + 1) if _request_schema(api_key, v) is not None]
+    flexible = [v for v in versions if _request_schema(api_key, v).__flexible__]
+    pool = flexible if flexible and data.draw(st.booleans(), label="flexible") else versions
+    version = data.draw(st.sampled_from(pool), label="version")
+    cls = _request_schema(api_key, version)
+    mutate = data.draw(st.sampled_from([0.0, 0.05, 0.25]), label="mutate")
+    body, lies = data.draw(request_body(cls, mutate=mutate), label="body")
+    head = header_v1(api_key, version) + (b"\x00" if cls.__flexible__ else b"")
+    mark = len(fuzz_broker.log_text())
+    with socket.create_connection((fuzz_broker.host, fuzz_broker.port), timeout=5) as sock:
+        # No half-close: the broker closes on EOF, before handlers answer. One answer, a close, or (acks=0
+        # Produce, a long poll) silence.
+        sock.sendall(frame(head + body))
+        first_answer_or_close(sock, timeout=2.0)
+    health(f"after {cls.__name__} v{version} with lies {lies}")
+    errors = [line for line in fuzz_broker.log_text()[mark:].splitlines() if " ERROR " in line]
+    assert errors == [], f"{cls.__name__} v{version} with lies {lies}: the broker logged an error"
+
+
+def _request_schema(api_key: int, version: int):
+    try:
+        return load_request_schema(api_key, version)
+    except (UnknownAPIKey, UnknownEntity):
+        return None
 
 
 @FUZZ
