@@ -29,7 +29,16 @@ from broker_runtime.cluster.metadata_store import (
     TopicInfo,
 )
 from broker_runtime.cluster.topics import INTERNAL_TOPICS, assign_replicas, collision_key, validate_topic_name
-from broker_runtime.config import BrokerConfig, ConfigError, message_timestamp_bounds, validate_topic_configs
+from broker_runtime.config import (
+    BROKER_CONFIG_DEFS,
+    TOPIC_CONFIG_DEFS,
+    BrokerConfig,
+    ConfigDef,
+    ConfigError,
+    message_timestamp_bounds,
+    validate_topic_configs,
+    without_effect,
+)
 from broker_runtime.errors import KafkaError
 from broker_runtime.group.runtime import GroupCoordinatorRuntime
 from broker_runtime.log.config import LogConfig
@@ -73,9 +82,8 @@ class Broker:
         self.clock = clock or Clock()
         self.fs: FileSystem = fs or RealFileSystem()
         self.broker_id = config.broker_id
-        self.bind_address = config.listeners[0]
-        advertised = config.advertised_listeners[0]
-        self.advertised = BrokerInfo(self.broker_id, advertised.host or "127.0.0.1", advertised.port)
+        self.advertised = BrokerInfo(self.broker_id, "", 0, config["broker.rack"])
+        self._set_advertised()
         self.log_dirs = [Path(d) for d in config.log_dirs]
         self._storage = ThreadPoolExecutor(1, thread_name_prefix="odradek-storage")
         self._deleter = ThreadPoolExecutor(1, thread_name_prefix="odradek-deleter")
@@ -86,6 +94,12 @@ class Broker:
         for entity, values in self.metadata.broker_configs().items():
             if entity in ("", str(self.broker_id)):
                 config.replace_dynamic(values, cluster_default=entity == "")
+        # Dynamic listener settings are in the metadata file: bind and advertise once they are loaded.
+        self.bind_address = config.listeners[0]
+        self._set_advertised()
+        config.add_check(self._check_bound_listener)
+        config.add_change_listener(self._on_broker_config_change)
+        _warn_without_effect("broker", config.set_keys(), BROKER_CONFIG_DEFS)
         self.log_manager = LogManager(
             self.log_dirs, self.clock, self.fs, config_for_topic=self._log_config_for
         )
@@ -147,6 +161,28 @@ class Broker:
     def port(self) -> int:
         assert self._listener is not None
         return self._listener.port
+
+    def _set_advertised(self) -> None:
+        """The address clients are handed (Metadata, FindCoordinator, DescribeCluster), updated in place: the
+        metadata store holds this BrokerInfo."""
+        advertised = self.config.advertised_listeners[0]
+        self.advertised.host = advertised.host or "127.0.0.1"
+        self.advertised.port = advertised.port
+
+    def _check_bound_listener(self, config: BrokerConfig) -> None:
+        """Refuses a dynamic listener change that would move the listener this broker serves: Odradek serves
+        one listener and rebinds only at start (Kafka adds and removes listeners by name)."""
+        bound = self.bind_address
+        if config.listeners[0] != bound:
+            raise ConfigError(
+                f"listeners: the broker serves {bound} and cannot move to {config.listeners[0]} while running; "
+                "set listeners in the properties file and restart the broker",
+                "listeners",
+            )
+
+    def _on_broker_config_change(self, key: str) -> None:
+        if key in ("advertised.listeners", "listeners"):
+            self._set_advertised()
 
     async def stop(self, *, clean: bool = True) -> None:
         """Controlled shutdown; `clean=False` after a halt: no flushes, checkpoints or clean-shutdown markers,
@@ -421,6 +457,8 @@ class Broker:
             clean_configs = validate_topic_configs(configs or {})
         except ConfigError as exc:
             raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
+        if not validate_only:
+            _warn_without_effect(f"topic {name}", clean_configs, TOPIC_CONFIG_DEFS)
         topic = TopicInfo(
             name=name,
             topic_id=uuid.uuid4(),
@@ -532,6 +570,7 @@ class Broker:
             raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
         if validate_only:
             return
+        _warn_without_effect(f"topic {name}", clean, TOPIC_CONFIG_DEFS)
         saved = self.metadata.set_topic_configs(name, clean)  # in memory now, durable once awaited
         self._forget_topic_configs(name)
         self.log_manager.update_config(name, self.topic_log_config(topic))
@@ -546,10 +585,12 @@ class Broker:
             for key, value in configs.items():
                 self.config.validate_dynamic(key, value, cluster_default=cluster_default)
             if validate_only:
+                self.config.replace_dynamic(configs, cluster_default=cluster_default, validate_only=True)
                 return
             self.config.replace_dynamic(configs, cluster_default=cluster_default)
         except ConfigError as exc:
             raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
+        _warn_without_effect(f"broker {entity or '<default>'}", configs, BROKER_CONFIG_DEFS)
         saved = self.metadata.set_broker_configs(entity, configs)  # in memory now, durable once awaited
         self._forget_topic_configs()
         for topic in self.metadata.topics().values():
@@ -564,6 +605,12 @@ class Broker:
         start = await self._detached(self.metadata.allocate_producer_id_block(PRODUCER_ID_BLOCK))
         self._producer_ids = iter(range(start + 1, start + PRODUCER_ID_BLOCK))
         return start
+
+
+def _warn_without_effect(what: str, keys: Iterable[str], defs: Mapping[str, ConfigDef]) -> None:
+    """Settings Odradek accepts but does not act on are never silent: one WARNING per reason."""
+    for reason, names in without_effect(keys, defs).items():
+        log.warning("%s: %s set but without effect: %s", what, ", ".join(sorted(names)), reason)
 
 
 def _validate_assignments(

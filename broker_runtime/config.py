@@ -23,13 +23,16 @@ Deliberate choices (Odradek):
   unset uses 0. In cluster mode an unset id stays -1 and the cluster layer must generate one (Kafka's
   ``/brokers/seqid`` scheme, ids above ``reserved.broker.max.id``) or refuse to start. ``node.id`` (the KRaft
   name) is accepted as an alias; if both are set they must agree.
-* Unknown keys are an error (Kafka only logs a warning), with the closest known key suggested.
-* ``listeners`` and ``advertised.listeners`` are read-only here (Kafka allows per-broker dynamic updates).
-* Thread-count and socket-tuning keys (``num.network.threads``, ``num.io.threads``...) are accepted so that a
-  Kafka ``server.properties`` loads, and documented as unused (``ConfigDef.unused``).
-* Listeners must be PLAINTEXT. Kafka key families Odradek does not implement (``ssl.*``, ``sasl.*``,
-  ``listener.name.*``, KRaft's ``process.roles``/``controller.quorum.*``, tiered storage, metric reporters) are
-  rejected with a message saying so rather than "unknown".
+* Unknown keys are an error (Kafka only logs a warning), with the closest known key suggested. Every other
+  Kafka 3.9 broker key belongs to a feature Odradek does not build (TLS, SASL, KRaft, tiered storage, quotas,
+  share groups...): it is refused with the feature named (`UNBUILT_BROKER_CONFIGS`), at start and through
+  AlterConfigs and IncrementalAlterConfigs alike.
+* Keys Odradek accepts but does not act on (thread counts, socket tuning, cluster, replication, cleaner and
+  transaction settings...) carry the reason in ``ConfigDef.no_effect``; setting one logs a WARNING.
+* Which broker keys are dynamic (and per broker only) follows Kafka's DynamicBrokerConfig, ``listeners`` and
+  ``advertised.listeners`` included; the running broker refuses a dynamic change it cannot apply
+  (`BrokerConfig.add_check`).
+* Listeners must be PLAINTEXT.
 * DescribeConfigs follows Kafka's ConfigHelper exactly, including its quirk: a topic config's broker synonyms
   are listed from the first synonym name on, so ``retention.ms`` shows no synonym (and source DEFAULT_CONFIG)
   while only ``log.retention.hours`` is set — the *value* is still the resolved one.
@@ -42,7 +45,7 @@ import importlib.util
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
@@ -162,14 +165,35 @@ def _throttled_replicas(v: Any) -> str | None:
     return None
 
 
-_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?(-IV\d+)?$")
+# Kafka 3.9's MetadataVersion values: release -> number of internal versions ("IV"s; 0 = the release has none).
+# The release name alone stands for its latest internal version, for production releases only (not 4.0).
+_METADATA_VERSION_IVS = {
+    "0.8.0": 0, "0.8.1": 0, "0.8.2": 0, "0.9.0": 0, "0.10.0": 2, "0.10.1": 3, "0.10.2": 1, "0.11.0": 3,
+    "1.0": 1, "1.1": 1, "2.0": 2, "2.1": 3, "2.2": 2, "2.3": 2, "2.4": 2, "2.5": 1, "2.6": 1, "2.7": 3, "2.8": 2,
+    "3.0": 2, "3.1": 1, "3.2": 1, "3.3": 4, "3.4": 1, "3.5": 3, "3.6": 3, "3.7": 5, "3.8": 1, "3.9": 1, "4.0": 2,
+}  # fmt: skip
+_UNRELEASED = {"4.0"}
+_METADATA_VERSIONS = frozenset(
+    [release for release in _METADATA_VERSION_IVS if release not in _UNRELEASED]
+    + [f"{release}-IV{i}" for release, ivs in _METADATA_VERSION_IVS.items() for i in range(ivs)]
+)
+
+
+def is_metadata_version(value: str) -> bool:
+    """Whether Kafka's MetadataVersion.fromVersionString accepts `value`: a 0.x version is read by its first
+    three parts ("0.10.0.0" is 0.10.0), a later one by its first two ("3.0.1" is 3.0); "3.0-IV1" names one
+    internal version."""
+    parts = value.split(".")
+    significant = 3 if value.startswith("0.") else 2
+    key = value if significant >= len(parts) else ".".join(parts[:significant])
+    return key in _METADATA_VERSIONS
 
 
 def _version(v: Any) -> str | None:
-    # MetadataVersionValidator, loosely: 0.10.2, 2.8, 3.0-IV1 ...
-    if v is None or _VERSION_RE.match(v):
+    # Kafka's MetadataVersionValidator: every version string Kafka 3.9 parses, deprecated or not.
+    if v is None or is_metadata_version(v):
         return None
-    return "is not a Kafka version such as 3.0 or 3.0-IV1"
+    return "is not a Kafka version (such as 0.10.0, 2.8 or 3.0-IV1)"
 
 
 _HOST_PATTERN = re.compile(r"[0-9a-zA-Z\-%._:]*")  # Kafka's Utils.validHostPattern
@@ -207,6 +231,22 @@ def _empty_only(what: str) -> Validator:
     return check
 
 
+def _only(allowed: Any, unbuilt: str) -> Validator:
+    """The setting of a feature that is not built: only its "off" value is accepted."""
+
+    def check(v: Any) -> str | None:
+        if v is None or v == allowed:
+            return None
+        return f"is not supported: {unbuilt}"
+
+    check.__doc__ = f"[{_show(allowed)}]"
+    return check
+
+
+def _false_only(unbuilt: str) -> Validator:
+    return _only(False, unbuilt)
+
+
 def _fmt_number(x: float) -> str:
     if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
         return str(int(x))
@@ -227,7 +267,8 @@ class ConfigDef:
     dynamic: bool = False  # broker keys: updatable with AlterConfigs (topic keys are always updatable)
     per_broker_only: bool = False  # dynamic, but only on a broker resource, not the cluster default
     sensitive: bool = False
-    unused: bool = False  # accepted for compatibility; Odradek does not act on it
+    # Accepted (a Kafka config loads) but with no effect in Odradek, and why; setting it logs a WARNING.
+    no_effect: str | None = None
     synonyms: tuple[str, ...] = ()  # topic keys: broker synonyms, most specific first
 
     def parse(self, raw: Any) -> Any:
@@ -373,7 +414,13 @@ BOOL, STR, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD = (
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("delete", "compact")
-UNUSED = " Accepted for compatibility with Kafka's server.properties; Odradek does not use it."
+
+# Kafka features Odradek does not build, named in the errors and warnings of the settings that belong to them.
+TIERED_STORAGE = "tiered storage is not built"
+CLUSTERS = "ZooKeeper clusters are not built yet"
+REPLICATION = "replication is not built yet"
+COMPACTION = "log compaction is not built (no cleaner runs)"
+TRANSACTIONS = "transactions are not built"
 
 # fmt: off
 _BROKER_DEFS: list[ConfigDef] = [
@@ -386,8 +433,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     _d("reserved.broker.max.id", INT, 1000, "Largest broker id that may be configured; generated ids start above "
        "it.", at_least(0)),
     _d("broker.rack", STR, None, "Rack of the broker, used for rack-aware replica assignment."),
-    _d("inter.broker.protocol.version", STR, "3.0-IV1", "Inter-broker protocol version (Odradek speaks the "
-       "3.0 protocol; the value is checked for form and otherwise unused).", _version, unused=True),
+    _d("inter.broker.protocol.version", STR, "3.9-IV0", "Inter-broker protocol version.", _version),
     _d("authorizer.class.name", STR, "", "Authorizer class. Odradek has no authorization; must stay empty.",
        _empty_only("authorizer")),
     _d("create.topic.policy.class.name", CLASS, None, "CreateTopics policy. Unsupported; must stay unset.",
@@ -395,24 +441,27 @@ _BROKER_DEFS: list[ConfigDef] = [
     _d("alter.config.policy.class.name", CLASS, None, "AlterConfigs policy. Unsupported; must stay unset.",
        _empty_only("pluggable config policies")),
     _d("listeners", STR, "PLAINTEXT://:9092", "Comma-separated listener URIs NAME://host:port the broker binds. "
-       "An empty host binds all interfaces. (Read-only in Odradek.)", _non_empty_string),
+       "An empty host binds all interfaces. Dynamic per broker, as in Kafka; Odradek serves the first listener "
+       "and refuses a dynamic update that would change what it binds (restart the broker instead).",
+       _non_empty_string, dynamic=True, per_broker_only=True),
     _d("advertised.listeners", STR, None, "Listeners handed to clients in Metadata responses, if different from "
-       "listeners. Must be reachable by clients; 0.0.0.0 is rejected."),
+       "listeners. Must be reachable by clients; 0.0.0.0 is rejected. Dynamic per broker: clients are handed "
+       "the new address at once.", dynamic=True, per_broker_only=True),
     _d("listener.security.protocol.map", STR,
        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-       "Map of listener name to security protocol, as NAME:PROTOCOL pairs."),
+       "Map of listener name to security protocol, as NAME:PROTOCOL pairs.", dynamic=True, per_broker_only=True),
     _d("inter.broker.listener.name", STR, None, "Listener used between brokers; defaults to the one using "
        "security.inter.broker.protocol."),
     _d("security.inter.broker.protocol", STR, "PLAINTEXT", "Security protocol used between brokers.",
        one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
-    _d("control.plane.listener.name", STR, None, "Dedicated controller listener (unused)." + UNUSED),
+    _d("control.plane.listener.name", STR, None, "Dedicated controller listener (unused)."),
     _d("zookeeper.connect", STR, None, "ZooKeeper connection string host:port[,host:port...][/chroot]. Unset means "
        "a standalone single-node cluster with metadata in a local file."),
     _d("zookeeper.session.timeout.ms", INT, 18000, "ZooKeeper session timeout.", at_least(1)),
     _d("zookeeper.connection.timeout.ms", INT, None, "Max time to wait for a ZooKeeper connection; defaults to "
        "zookeeper.session.timeout.ms."),
     _d("zookeeper.max.in.flight.requests", INT, 10, "Max unacknowledged requests to ZooKeeper.", at_least(1)),
-    _d("zookeeper.set.acl", BOOL, False, "Set secure ACLs on znodes." + UNUSED),
+    _d("zookeeper.set.acl", BOOL, False, "Set secure ACLs on znodes."),
     # ---- topics
     _d("num.partitions", INT, 1, "Default number of partitions of auto-created topics.", at_least(1)),
     _d("default.replication.factor", INT, 1, "Default replication factor of auto-created topics.", at_least(1)),
@@ -465,19 +514,20 @@ _BROKER_DEFS: list[ConfigDef] = [
     _d("log.message.timestamp.difference.max.ms", LONG, LONG_MAX, "Deprecated (Kafka 3.6): max difference "
        "between a CreateTime timestamp and the broker's clock; used for before/after when those are at their "
        "default.", at_least(0), dynamic=True),
-    _d("log.message.format.version", STR, "3.0-IV1", "Deprecated message format version; checked for form and "
-       "otherwise unused (Odradek writes record batch v2 only).", _version, dynamic=True, unused=True),
+    _d("log.message.format.version", STR, "3.0-IV1", "Deprecated message format version (batches are always "
+       "written in format v2).", _version),
     _d("log.message.timestamp.after.max.ms", LONG, LONG_MAX, "Max allowed distance of a CreateTime timestamp "
        "into the future.", at_least(0), dynamic=True),
-    _d("log.message.downconversion.enable", BOOL, True, "Down-convert batches for old fetchers." + UNUSED,
+    _d("log.message.downconversion.enable", BOOL, True, "Down-convert batches for old fetchers.",
        dynamic=True),
-    _d("log.preallocate", BOOL, False, "Preallocate segment files." + UNUSED, dynamic=True),
+    _d("log.preallocate", BOOL, False, "Preallocate segment files.", dynamic=True),
     _d("log.local.retention.ms", LONG, -2, "Local retention for tiered storage (-2 = retention.ms). Tiered "
-       "storage is not supported.", at_least(-2), dynamic=True),
+       "storage is not supported.", _only(-2, TIERED_STORAGE), dynamic=True),
     _d("log.local.retention.bytes", LONG, -2, "Local retention bytes for tiered storage (-2 = retention.bytes). "
-       "Tiered storage is not supported.", at_least(-2), dynamic=True),
-    _d("remote.log.storage.system.enable", BOOL, False, "Tiered storage; must stay false in Odradek."),
-    _d("num.recovery.threads.per.data.dir", INT, 1, "Threads per log dir for recovery at startup." + UNUSED,
+       "Tiered storage is not supported.", _only(-2, TIERED_STORAGE), dynamic=True),
+    _d("remote.log.storage.system.enable", BOOL, False, "Tiered storage (must stay false).",
+       _false_only(TIERED_STORAGE)),
+    _d("num.recovery.threads.per.data.dir", INT, 1, "Threads per log dir for recovery at startup.",
        at_least(1), dynamic=True),
     _d("message.max.bytes", INT, 1048588, "Largest record batch size allowed (topic-level: max.message.bytes).",
        at_least(0), dynamic=True),
@@ -510,11 +560,9 @@ _BROKER_DEFS: list[ConfigDef] = [
     _d("socket.send.buffer.bytes", INT, 102400, "SO_SNDBUF; -1 = OS default."),
     _d("socket.receive.buffer.bytes", INT, 102400, "SO_RCVBUF; -1 = OS default."),
     _d("socket.listen.backlog.size", INT, 50, "Listen backlog.", at_least(1)),
-    _d("num.network.threads", INT, 3, "Network threads." + UNUSED + " (one asyncio event loop)", at_least(1),
-       dynamic=True, unused=True),
-    _d("num.io.threads", INT, 8, "Request handler threads." + UNUSED + " (one asyncio event loop)", at_least(1),
-       dynamic=True, unused=True),
-    _d("background.threads", INT, 10, "Background threads." + UNUSED, at_least(1), dynamic=True, unused=True),
+    _d("num.network.threads", INT, 3, "Network threads.", at_least(1), dynamic=True),
+    _d("num.io.threads", INT, 8, "Request handler threads.", at_least(1), dynamic=True),
+    _d("background.threads", INT, 10, "Background threads.", at_least(1), dynamic=True),
     _d("queued.max.requests", INT, 500, "Max requests read off the sockets whose handler has not started; at the "
        "limit no connection takes another request until handlers catch up.", at_least(1)),
     _d("connections.max.idle.ms", LONG, 600000, "Connections without traffic for this long are closed; -1 = "
@@ -532,12 +580,9 @@ _BROKER_DEFS: list[ConfigDef] = [
        "response.", at_least(1)),
     _d("fetch.max.bytes", INT, 57671680, "Max bytes returned by one Fetch response.", at_least(1024)),
     _d("max.incremental.fetch.session.cache.slots", INT, 1000, "Max incremental fetch sessions.", at_least(0)),
-    _d("fetch.purgatory.purge.interval.requests", INT, 1000, "Fetch purgatory purge interval." + UNUSED,
-       unused=True),
-    _d("producer.purgatory.purge.interval.requests", INT, 1000, "Produce purgatory purge interval." + UNUSED,
-       unused=True),
-    _d("delete.records.purgatory.purge.interval.requests", INT, 1, "DeleteRecords purgatory purge interval."
-       + UNUSED, unused=True),
+    _d("fetch.purgatory.purge.interval.requests", INT, 1000, "Fetch purgatory purge interval."),
+    _d("producer.purgatory.purge.interval.requests", INT, 1000, "Produce purgatory purge interval."),
+    _d("delete.records.purgatory.purge.interval.requests", INT, 1, "DeleteRecords purgatory purge interval."),
     # ---- group coordinator / __consumer_offsets
     _d("offsets.topic.replication.factor", SHORT, 3, "Replication factor of __consumer_offsets; creation fails "
        "until this many brokers are alive.", at_least(1)),
@@ -551,7 +596,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     _d("offset.metadata.max.bytes", INT, 4096, "Max size of the metadata string of an offset commit."),
     _d("offsets.commit.timeout.ms", INT, 5000, "Offset commit waits this long for the replicated append.",
        at_least(1)),
-    _d("offsets.commit.required.acks", SHORT, -1, "Acks for offset commits (deprecated)." + UNUSED, unused=True),
+    _d("offsets.commit.required.acks", SHORT, -1, "Acks for offset commits (deprecated)."),
     _d("offsets.load.buffer.size", INT, 5242880, "Batch size read when loading offsets into the cache.",
        at_least(1)),
     _d("group.initial.rebalance.delay.ms", INT, 3000, "Delay of the first rebalance of an empty group, to let "
@@ -592,9 +637,9 @@ _BROKER_DEFS: list[ConfigDef] = [
     _d("replica.socket.receive.buffer.bytes", INT, 65536, "SO_RCVBUF of follower fetches."),
     _d("replica.high.watermark.checkpoint.interval.ms", LONG, 5000, "How often high watermarks are "
        "checkpointed."),
-    _d("num.replica.alter.log.dirs.threads", INT, None, "Threads moving replicas between log dirs." + UNUSED,
-       unused=True),
-    _d("replica.selector.class", STR, None, "Follower fetching (KIP-392)." + UNUSED),
+    _d("num.replica.alter.log.dirs.threads", INT, None, "Threads moving replicas between log dirs."),
+    _d("replica.selector.class", CLASS, None, "Fetching from followers (KIP-392). Unsupported; must stay unset.",
+       _empty_only("replica selector plugins")),
     _d("num.replica.fetchers", INT, 1, "Fetcher tasks per source broker.", dynamic=True),
     _d("unclean.leader.election.enable", BOOL, False, "Allow an out-of-ISR replica to become leader (may lose "
        "data).", dynamic=True),
@@ -619,7 +664,95 @@ _BROKER_DEFS: list[ConfigDef] = [
 
 # fmt: on
 
-BROKER_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
+# Every accepted broker key that Odradek does not act on, by reason. Setting one (in the file, with --override or
+# with AlterConfigs) logs a WARNING naming the key and the reason; README lists them.
+_NO_EFFECT_BROKER: dict[str, tuple[str, ...]] = {
+    CLUSTERS: (
+        "broker.id.generation.enable", "reserved.broker.max.id", "inter.broker.listener.name",
+        "security.inter.broker.protocol", "control.plane.listener.name", "zookeeper.session.timeout.ms",
+        "zookeeper.connection.timeout.ms", "zookeeper.max.in.flight.requests", "zookeeper.set.acl",
+        "request.timeout.ms", "auto.leader.rebalance.enable", "leader.imbalance.per.broker.percentage",
+        "leader.imbalance.check.interval.seconds", "controlled.shutdown.enable", "controlled.shutdown.max.retries",
+        "controlled.shutdown.retry.backoff.ms", "controller.socket.timeout.ms", "unclean.leader.election.enable",
+    ),
+    REPLICATION: (
+        "replica.lag.time.max.ms", "replica.fetch.wait.max.ms", "replica.fetch.min.bytes", "replica.fetch.max.bytes",
+        "replica.fetch.response.max.bytes", "replica.fetch.backoff.ms", "replica.socket.timeout.ms",
+        "replica.socket.receive.buffer.bytes", "num.replica.fetchers", "leader.replication.throttled.rate",
+        "follower.replication.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second",
+        "num.replica.alter.log.dirs.threads",
+    ),
+    COMPACTION: (
+        "log.cleaner.enable", "log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size",
+        "log.cleaner.io.buffer.load.factor", "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms",
+        "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
+        "log.cleaner.min.cleanable.ratio",
+    ),
+    TRANSACTIONS: (
+        "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
+        "transaction.state.log.num.partitions", "transaction.state.log.segment.bytes",
+        "transaction.state.log.load.buffer.size", "transaction.max.timeout.ms", "transactional.id.expiration.ms",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "transaction.remove.expired.transaction.cleanup.interval.ms", "transaction.partition.verification.enable",
+    ),
+    "one event loop serves every connection, request and log": (
+        "num.network.threads", "num.io.threads", "background.threads", "num.recovery.threads.per.data.dir",
+    ),
+    "waiting requests are woken by events; there are no purgatories to purge": (
+        "fetch.purgatory.purge.interval.requests", "producer.purgatory.purge.interval.requests",
+        "delete.records.purgatory.purge.interval.requests",
+    ),
+    "the listener uses the operating system's socket buffer sizes and its own backlog": (
+        "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "socket.listen.backlog.size",
+    ),
+    "connection creation is not rate-limited": ("max.connection.creation.rate",),
+    "fetch sessions (KIP-227) are not built: every fetch is a full fetch": (
+        "max.incremental.fetch.session.cache.slots",
+    ),
+    "recovery point, log start offset and high watermark checkpoints are written together, every "
+    "log.flush.offset.checkpoint.interval.ms": (
+        "log.flush.start.offset.checkpoint.interval.ms", "replica.high.watermark.checkpoint.interval.ms",
+    ),
+    "Odradek speaks one protocol version, and writes record batch format v2 only (Kafka 3.x ignores the message "
+    "format version too)": ("inter.broker.protocol.version", "log.message.format.version"),
+    "fetches never need down-conversion: every Fetch version served reads record batch format v2": (
+        "log.message.downconversion.enable",
+    ),
+    "segment files are not preallocated": ("log.preallocate",),
+    "a recompressing topic uses each codec's default level": (
+        "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+    ),
+    "offset commits always wait for the in-sync replicas, as with Kafka's default (-1)": (
+        "offsets.commit.required.acks",
+    ),
+}  # fmt: skip
+
+_NO_EFFECT_TOPIC: dict[str, tuple[str, ...]] = {
+    COMPACTION: ("delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms", "min.cleanable.dirty.ratio"),
+    REPLICATION: ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas"),
+    CLUSTERS: ("unclean.leader.election.enable",),
+    "a recompressing topic uses each codec's default level": (
+        "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
+    ),
+    "batches are always written in format v2 (Kafka 3.x ignores the message format version too)": (
+        "message.format.version",
+    ),
+    "fetches never need down-conversion: every Fetch version served reads record batch format v2": (
+        "message.downconversion.enable",
+    ),
+    "segment files are not preallocated": ("preallocate",),
+}  # fmt: skip
+
+
+def _with_reasons(defs: list[ConfigDef], reasons: Mapping[str, tuple[str, ...]]) -> dict[str, ConfigDef]:
+    by_name = {d.name: d for d in defs}
+    for reason, names in reasons.items():
+        for name in names:
+            by_name[name] = replace(by_name[name], no_effect=reason)
+    return by_name
+
+
+BROKER_CONFIG_DEFS: dict[str, ConfigDef] = _with_reasons(_BROKER_DEFS, _NO_EFFECT_BROKER)
 
 # fmt: off
 _TOPIC_DEFS: list[ConfigDef] = [
@@ -646,19 +779,19 @@ _TOPIC_DEFS: list[ConfigDef] = [
     _d("leader.replication.throttled.replicas", LIST, [], "Replicas throttled on the leader side: '*' or "
        "partitionId:brokerId,...", _throttled_replicas),
     _d("local.retention.bytes", LONG, -2, "Tiered storage local retention (-2 = retention.bytes). Unsupported.",
-       at_least(-2), synonyms=("log.local.retention.bytes",)),
+       _only(-2, TIERED_STORAGE), synonyms=("log.local.retention.bytes",)),
     _d("local.retention.ms", LONG, -2, "Tiered storage local retention (-2 = retention.ms). Unsupported.",
-       at_least(-2), synonyms=("log.local.retention.ms",)),
+       _only(-2, TIERED_STORAGE), synonyms=("log.local.retention.ms",)),
     _d("max.compaction.lag.ms", LONG, LONG_MAX, "Max time a record stays ineligible for compaction.", at_least(1),
        synonyms=("log.cleaner.max.compaction.lag.ms",)),
     _d("max.message.bytes", INT, 1048588, "Largest record batch (after compression) the topic accepts.",
        at_least(0), synonyms=("message.max.bytes",)),
-    _d("message.downconversion.enable", BOOL, True, "Down-convert for old consumers." + UNUSED,
+    _d("message.downconversion.enable", BOOL, True, "Down-convert for old consumers.",
        synonyms=("log.message.downconversion.enable",)),
     _d("message.timestamp.after.max.ms", LONG, LONG_MAX, "Max distance of a CreateTime timestamp into the "
        "future.", at_least(0), synonyms=("log.message.timestamp.after.max.ms",)),
-    _d("message.format.version", STR, "3.0-IV1", "Deprecated; checked for form and otherwise unused (batches "
-       "are always v2).", _version, synonyms=("log.message.format.version",)),
+    _d("message.format.version", STR, "3.0-IV1", "Deprecated message format version (batches are always written "
+       "in format v2).", _version, synonyms=("log.message.format.version",)),
     _d("message.timestamp.difference.max.ms", LONG, LONG_MAX, "Deprecated: max difference between a "
        "CreateTime timestamp and the broker's clock; used for before/after when those are at their default.",
        at_least(0), synonyms=("log.message.timestamp.difference.max.ms",)),
@@ -671,10 +804,12 @@ _TOPIC_DEFS: list[ConfigDef] = [
     _d("min.compaction.lag.ms", LONG, 0, "Min time a record stays uncompacted.", at_least(0),
        synonyms=("log.cleaner.min.compaction.lag.ms",)),
     _d("min.insync.replicas", INT, 1, "Min ISR size for acks=all.", at_least(1), synonyms=("min.insync.replicas",)),
-    _d("preallocate", BOOL, False, "Preallocate segment files." + UNUSED, synonyms=("log.preallocate",)),
-    _d("remote.log.copy.disable", BOOL, False, "Tiered storage copy switch. Unsupported." + UNUSED),
-    _d("remote.log.delete.on.disable", BOOL, False, "Tiered storage cleanup switch. Unsupported." + UNUSED),
-    _d("remote.storage.enable", BOOL, False, "Tiered storage; Odradek does not support it (must be false)."),
+    _d("preallocate", BOOL, False, "Preallocate segment files.", synonyms=("log.preallocate",)),
+    _d("remote.log.copy.disable", BOOL, False, "Tiered storage copy switch (must stay false).",
+       _false_only(TIERED_STORAGE)),
+    _d("remote.log.delete.on.disable", BOOL, False, "Tiered storage cleanup switch (must stay false).",
+       _false_only(TIERED_STORAGE)),
+    _d("remote.storage.enable", BOOL, False, "Tiered storage (must stay false).", _false_only(TIERED_STORAGE)),
     _d("retention.bytes", LONG, -1, "Max size of each partition before old segments are deleted; -1 = no limit.",
        synonyms=("log.retention.bytes",)),
     _d("retention.ms", LONG, 604800000, "Max age of a segment's newest record before the segment is deleted; "
@@ -693,7 +828,9 @@ _TOPIC_DEFS: list[ConfigDef] = [
 
 # fmt: on
 
-TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in sorted(_TOPIC_DEFS, key=lambda d: d.name)}
+TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = _with_reasons(
+    sorted(_TOPIC_DEFS, key=lambda d: d.name), _NO_EFFECT_TOPIC
+)
 
 # Broker keys whose value is in a different unit from their topic / resolved counterpart (factor to ms).
 _TO_MS = {
@@ -823,38 +960,157 @@ def parse_override(item: str) -> tuple[str, str]:
     return key, value
 
 
-# Kafka broker keys that Odradek deliberately does not implement: a clearer error than "unknown".
-_UNSUPPORTED_BROKER_PREFIXES: tuple[tuple[str, str], ...] = (
-    ("ssl.", "TLS is not supported (PLAINTEXT listeners only)"),
-    ("sasl.", "SASL is not supported (PLAINTEXT listeners only)"),
-    ("listener.name.", "per-listener overrides are not supported"),
-    ("zookeeper.ssl.", "TLS to ZooKeeper is not supported"),
-    ("zookeeper.clientCnxnSocket", "TLS to ZooKeeper is not supported"),
-    ("process.roles", "KRaft mode is not supported; use ZooKeeper mode (zookeeper.connect) or standalone"),
-    (
-        "controller.quorum.",
-        "KRaft mode is not supported; use ZooKeeper mode (zookeeper.connect) or standalone",
+# Every other Kafka 3.9 broker config, by the feature Odradek does not build: refused with the reason, at start
+# and through AlterConfigs and IncrementalAlterConfigs alike. (Kafka's topic configs are all defined above.)
+_KRAFT = "KRaft mode is not built; run standalone or in ZooKeeper mode"
+_UNBUILT_BROKER_CONFIGS: dict[str, tuple[str, ...]] = {
+    "TLS is not built (PLAINTEXT listeners only)": (
+        "ssl.allow.dn.changes", "ssl.allow.san.changes", "ssl.cipher.suites", "ssl.client.auth", "ssl.enabled.protocols",
+        "ssl.endpoint.identification.algorithm", "ssl.engine.factory.class", "ssl.key.password",
+        "ssl.keymanager.algorithm", "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.keystore.location",
+        "ssl.keystore.password", "ssl.keystore.type", "ssl.principal.mapping.rules", "ssl.protocol", "ssl.provider",
+        "ssl.secure.random.implementation", "ssl.trustmanager.algorithm", "ssl.truststore.certificates",
+        "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.type", "security.providers",
+        "principal.builder.class", "zookeeper.clientCnxnSocket", "zookeeper.ssl.cipher.suites",
+        "zookeeper.ssl.client.enable", "zookeeper.ssl.crl.enable", "zookeeper.ssl.enabled.protocols",
+        "zookeeper.ssl.endpoint.identification.algorithm", "zookeeper.ssl.keystore.location",
+        "zookeeper.ssl.keystore.password", "zookeeper.ssl.keystore.type", "zookeeper.ssl.ocsp.enable",
+        "zookeeper.ssl.protocol", "zookeeper.ssl.truststore.location", "zookeeper.ssl.truststore.password",
+        "zookeeper.ssl.truststore.type",
     ),
-    (
-        "controller.listener.names",
-        "KRaft mode is not supported; use ZooKeeper mode (zookeeper.connect) or standalone",
+    "SASL is not built (PLAINTEXT listeners only)": (
+        "sasl.client.callback.handler.class", "sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.kerberos.kinit.cmd",
+        "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules",
+        "sasl.kerberos.service.name", "sasl.kerberos.ticket.renew.jitter", "sasl.kerberos.ticket.renew.window.factor",
+        "sasl.login.callback.handler.class", "sasl.login.class", "sasl.login.connect.timeout.ms",
+        "sasl.login.read.timeout.ms", "sasl.login.refresh.buffer.seconds", "sasl.login.refresh.min.period.seconds",
+        "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter", "sasl.login.retry.backoff.max.ms",
+        "sasl.login.retry.backoff.ms", "sasl.mechanism.inter.broker.protocol", "sasl.oauthbearer.clock.skew.seconds",
+        "sasl.oauthbearer.expected.audience", "sasl.oauthbearer.expected.issuer",
+        "sasl.oauthbearer.jwks.endpoint.refresh.ms", "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms",
+        "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", "sasl.oauthbearer.jwks.endpoint.url",
+        "sasl.oauthbearer.scope.claim.name", "sasl.oauthbearer.sub.claim.name", "sasl.oauthbearer.token.endpoint.url",
+        "sasl.server.callback.handler.class", "sasl.server.max.receive.size", "connections.max.reauth.ms",
+        "connection.failed.authentication.delay.ms",
     ),
-    ("metadata.log.", "KRaft mode is not supported; use ZooKeeper mode (zookeeper.connect) or standalone"),
-    ("remote.log.", "tiered storage is not supported"),
-    ("metric.reporters", "metric reporter plugins are not supported"),
-    ("kafka.metrics.", "metric reporter plugins are not supported"),
-    ("confluent.", "Confluent Server settings are not supported"),
+    "delegation tokens are not built": (
+        "delegation.token.expiry.check.interval.ms", "delegation.token.expiry.time.ms", "delegation.token.master.key",
+        "delegation.token.max.lifetime.ms", "delegation.token.secret.key",
+    ),
+    "dynamic password configs are not built (nothing to encode without TLS or SASL)": (
+        "password.encoder.cipher.algorithm", "password.encoder.iterations", "password.encoder.key.length",
+        "password.encoder.keyfactory.algorithm", "password.encoder.old.secret", "password.encoder.secret",
+    ),
+    _KRAFT: (
+        "process.roles", "controller.listener.names", "controller.quorum.append.linger.ms",
+        "controller.quorum.bootstrap.servers", "controller.quorum.election.backoff.max.ms",
+        "controller.quorum.election.timeout.ms", "controller.quorum.fetch.timeout.ms",
+        "controller.quorum.request.timeout.ms", "controller.quorum.retry.backoff.ms", "controller.quorum.voters",
+        "broker.heartbeat.interval.ms", "broker.session.timeout.ms", "initial.broker.registration.timeout.ms",
+        "eligible.leader.replicas.enable", "log.dir.failure.timeout.ms", "metadata.log.dir",
+        "metadata.log.max.record.bytes.between.snapshots", "metadata.log.max.snapshot.interval.ms",
+        "metadata.log.segment.bytes", "metadata.log.segment.min.bytes", "metadata.log.segment.ms",
+        "metadata.max.idle.interval.ms", "metadata.max.retention.bytes", "metadata.max.retention.ms",
+        "sasl.mechanism.controller.protocol", "server.max.startup.time.ms", "zookeeper.metadata.migration.enable",
+        "zookeeper.metadata.migration.min.batch.size",
+    ),
+    TIERED_STORAGE: (
+        "remote.fetch.max.wait.ms", "remote.log.index.file.cache.total.size.bytes",
+        "remote.log.manager.copier.thread.pool.size", "remote.log.manager.copy.max.bytes.per.second",
+        "remote.log.manager.copy.quota.window.num", "remote.log.manager.copy.quota.window.size.seconds",
+        "remote.log.manager.expiration.thread.pool.size", "remote.log.manager.fetch.max.bytes.per.second",
+        "remote.log.manager.fetch.quota.window.num", "remote.log.manager.fetch.quota.window.size.seconds",
+        "remote.log.manager.task.interval.ms", "remote.log.manager.task.retry.backoff.max.ms",
+        "remote.log.manager.task.retry.backoff.ms", "remote.log.manager.task.retry.jitter",
+        "remote.log.manager.thread.pool.size", "remote.log.metadata.custom.metadata.max.bytes",
+        "remote.log.metadata.manager.class.name", "remote.log.metadata.manager.class.path",
+        "remote.log.metadata.manager.impl.prefix", "remote.log.metadata.manager.listener.name",
+        "remote.log.reader.max.pending.tasks", "remote.log.reader.threads", "remote.log.storage.manager.class.name",
+        "remote.log.storage.manager.class.path", "remote.log.storage.manager.impl.prefix",
+    ),
+    "the KIP-848 consumer group protocol is not built (groups use the classic protocol)": (
+        "group.consumer.assignors", "group.consumer.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms",
+        "group.consumer.max.session.timeout.ms", "group.consumer.max.size", "group.consumer.migration.policy",
+        "group.consumer.min.heartbeat.interval.ms", "group.consumer.min.session.timeout.ms",
+        "group.consumer.session.timeout.ms", "group.coordinator.append.linger.ms", "group.coordinator.new.enable",
+        "group.coordinator.rebalance.protocols", "group.coordinator.threads",
+    ),
+    "share groups (KIP-932) are not built": (
+        "group.share.delivery.count.limit", "group.share.enable", "group.share.heartbeat.interval.ms",
+        "group.share.max.groups", "group.share.max.heartbeat.interval.ms", "group.share.max.record.lock.duration.ms",
+        "group.share.max.session.timeout.ms", "group.share.max.size", "group.share.min.heartbeat.interval.ms",
+        "group.share.min.record.lock.duration.ms", "group.share.min.session.timeout.ms",
+        "group.share.partition.max.record.locks", "group.share.record.lock.duration.ms",
+        "group.share.session.timeout.ms",
+    ),
+    "quotas are not built": (
+        "quota.window.num", "quota.window.size.seconds", "replication.quota.window.num",
+        "replication.quota.window.size.seconds", "alter.log.dirs.replication.quota.window.num",
+        "alter.log.dirs.replication.quota.window.size.seconds", "controller.quota.window.num",
+        "controller.quota.window.size.seconds", "client.quota.callback.class",
+    ),
+    "metrics reporters (JMX, plugins, client telemetry) are not built": (
+        "metric.reporters", "metrics.num.samples", "metrics.recording.level", "metrics.sample.window.ms",
+        "kafka.metrics.reporters", "kafka.metrics.polling.interval.secs", "auto.include.jmx.reporter",
+        "telemetry.max.bytes",
+    ),
+    "authorization is not built (listeners start with the broker)": ("early.start.listeners",),
+    "unstable protocol and feature versions are not served": (
+        "unstable.api.versions.enable", "unstable.feature.versions.enable",
+    ),
+    CLUSTERS + " (inter-broker connections come with them)": (
+        "socket.connection.setup.timeout.ms", "socket.connection.setup.timeout.max.ms",
+        "unclean.leader.election.interval.ms",
+    ),
+    "it is an internal Kafka setting for tests": ("log.initial.task.delay.ms",),
+}  # fmt: skip
+UNBUILT_BROKER_CONFIGS: dict[str, str] = {
+    name: reason for reason, names in _UNBUILT_BROKER_CONFIGS.items() for name in names
+}
+# Families of Kafka keys by prefix: per-listener overrides (listener.name.<listener>.<config>).
+_UNBUILT_PREFIXES = (
+    ("listener.name.", "per-listener overrides are not built (Odradek serves one listener)"),
 )
 
 
 def _unknown(key: str, known: Iterable[str], what: str = "configuration") -> ConfigError:
+    """The error for a key Odradek does not define: a Kafka key of an unbuilt feature says so, any other key is
+    unknown (with the closest known key suggested)."""
     if what == "configuration":
-        for prefix, reason in _UNSUPPORTED_BROKER_PREFIXES:
-            if key.startswith(prefix):
-                return ConfigError(f"{key}: Kafka setting not supported by Odradek: {reason}", key)
+        reason = UNBUILT_BROKER_CONFIGS.get(key) or next(
+            (r for prefix, r in _UNBUILT_PREFIXES if key.startswith(prefix)), None
+        )
+        if reason is not None:
+            return ConfigError(f"{key}: Kafka setting not supported by Odradek: {reason}", key)
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return ConfigError(f"unknown {what} '{key}'{hint}", key)
+
+
+def broker_config_def(key: str) -> ConfigDef:
+    """The definition of a broker key; ConfigError (unknown, or a Kafka key of an unbuilt feature) otherwise."""
+    d = BROKER_CONFIG_DEFS.get(key)
+    if d is None:
+        raise _unknown(key, BROKER_CONFIG_DEFS)
+    return d
+
+
+def topic_config_def(key: str) -> ConfigDef:
+    """The definition of a topic key; ConfigError naming the key otherwise."""
+    d = TOPIC_CONFIG_DEFS.get(key)
+    if d is None:
+        raise _unknown(key, TOPIC_CONFIG_DEFS, "topic configuration")
+    return d
+
+
+def without_effect(keys: Iterable[str], defs: Mapping[str, ConfigDef]) -> dict[str, list[str]]:
+    """{reason: [keys]} for the given keys that Odradek accepts but does not act on (for the warning)."""
+    out: dict[str, list[str]] = {}
+    for key in keys:
+        d = defs.get(key)
+        if d is not None and d.no_effect is not None:
+            out.setdefault(d.no_effect, []).append(key)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -957,13 +1213,11 @@ class BrokerConfig:
     def __init__(self, props: Mapping[str, Any] | None = None) -> None:
         self._static: dict[str, Any] = {}
         for key, raw in (props or {}).items():
-            d = BROKER_CONFIG_DEFS.get(key)
-            if d is None:
-                raise _unknown(key, BROKER_CONFIG_DEFS)
-            self._static[key] = d.parse(raw)
+            self._static[key] = broker_config_def(key).parse(raw)
         self._dynamic: dict[str, Any] = {}  # per broker (/config/brokers/<id>)
         self._dynamic_default: dict[str, Any] = {}  # cluster default (/config/brokers/<default>)
         self._listeners_cb: list[Callable[[str], None]] = []
+        self._extra_checks: list[Callable[[BrokerConfig], None]] = []
         self._validate()
 
     # ---- construction
@@ -1214,11 +1468,6 @@ class BrokerConfig:
                 "odradek.event.loop: 'uvloop' is selected but the uvloop package is not installed",
                 "odradek.event.loop",
             )
-        if self.raw("remote.log.storage.system.enable"):
-            raise ConfigError(
-                "remote.log.storage.system.enable: tiered storage is not supported by Odradek",
-                "remote.log.storage.system.enable",
-            )
         gmin, gmax = self.raw("group.min.session.timeout.ms"), self.raw("group.max.session.timeout.ms")
         if gmin > gmax:
             raise ConfigError(
@@ -1233,13 +1482,13 @@ class BrokerConfig:
                 f"{lag_max}",
                 "log.cleaner.min.compaction.lag.ms",
             )
+        for check in self._extra_checks:
+            check(self)
 
     # ---- dynamic broker configs
 
     def _check_dynamic_key(self, key: str, cluster_default: bool) -> ConfigDef:
-        d = BROKER_CONFIG_DEFS.get(key)
-        if d is None:
-            raise _unknown(key, BROKER_CONFIG_DEFS)
+        d = broker_config_def(key)
         if not d.dynamic:
             raise ConfigError(
                 f"{key}: cannot be updated dynamically (read-only; set it in the properties file)", key
@@ -1317,6 +1566,15 @@ class BrokerConfig:
         """fn(key) after a dynamic broker config changes (e.g. to push new topic defaults to the logs)."""
         self._listeners_cb.append(fn)
 
+    def add_check(self, fn: Callable[[BrokerConfig], None]) -> None:
+        """fn(config) runs with the cross-key checks on every candidate dynamic change and raises ConfigError to
+        refuse it (what the running broker can apply, e.g. its bound listener)."""
+        self._extra_checks.append(fn)
+
+    def set_keys(self) -> set[str]:
+        """Every key given in the file, on the command line or dynamically (not just defaulted)."""
+        return set(self._static) | set(self._dynamic) | set(self._dynamic_default)
+
     # ---- topic configs
 
     def topic_default(self, name: str) -> tuple[str | None, ConfigSource, str | None]:
@@ -1367,9 +1625,7 @@ def validate_topic_configs(
     out: dict[str, str] = {}
     parsed: dict[str, Any] = {}
     for key, raw in configs.items():
-        d = TOPIC_CONFIG_DEFS.get(key)
-        if d is None:
-            raise _unknown(key, TOPIC_CONFIG_DEFS, "topic configuration")
+        d = topic_config_def(key)
         if raw is None:
             if allow_null:
                 continue
@@ -1377,10 +1633,6 @@ def validate_topic_configs(
         value = d.parse(raw)
         parsed[key] = value
         out[key] = d.format(value) or ""
-    if parsed.get("remote.storage.enable"):
-        raise ConfigError(
-            "remote.storage.enable: tiered storage is not supported by Odradek", "remote.storage.enable"
-        )
 
     def effective(name: str) -> Any:
         if name in parsed:

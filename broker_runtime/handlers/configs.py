@@ -8,11 +8,12 @@ from kio.schema.errors import ErrorCode
 
 from broker_runtime.cluster.topics import validate_topic_name
 from broker_runtime.config import (
-    BROKER_CONFIG_DEFS,
-    TOPIC_CONFIG_DEFS,
+    ConfigError,
     ConfigType,
+    broker_config_def,
     describe_broker_configs,
     describe_topic_configs,
+    topic_config_def,
 )
 from broker_runtime.errors import KafkaError
 from broker_runtime.handlers.context import RequestContext
@@ -153,18 +154,20 @@ def _incremental(ctx: RequestContext, res) -> dict[str, str]:
         raise KafkaError(ErrorCode.invalid_request, "a config appears more than once for one resource")
     if res.resource_type == TOPIC:
         current = dict(_topic(ctx, res.resource_name).configs)
-        defs = TOPIC_CONFIG_DEFS
+        config_def = topic_config_def
     elif res.resource_type == BROKER:
         entity = _broker_entity(ctx, res.resource_name)
         current = broker.config.dynamic_configs(cluster_default=entity == "")
-        defs = BROKER_CONFIG_DEFS
+        config_def = broker_config_def
     else:
         raise KafkaError(ErrorCode.invalid_request, f"resource type {res.resource_type} is not supported")
     for c in res.configs:
         op = c.config_operation
-        definition = defs.get(c.name)
-        if definition is None:
-            raise KafkaError(ErrorCode.invalid_config, f"unknown configuration {c.name!r}")
+        try:
+            # The same error as AlterConfigs: unknown, or a Kafka key of a feature Odradek does not build.
+            definition = config_def(c.name)
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
         if op == SET:
             if c.value is None:
                 raise KafkaError(ErrorCode.invalid_config, f"{c.name}: SET needs a value")

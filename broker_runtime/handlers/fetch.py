@@ -27,14 +27,20 @@ async def handle_fetch(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     clock = broker.clock
     deadline = clock.monotonic_ms() + max(request.max_wait.total_seconds() * 1000, 0.0)
+    min_bytes = min(request.min_bytes, _max_bytes(ctx, request))
     while True:
         response, total_bytes, watched, had_error = _read_once(ctx, request)
         remaining_ms = deadline - clock.monotonic_ms()
-        if total_bytes >= request.min_bytes or had_error or remaining_ms <= 0 or not watched:
+        if total_bytes >= min_bytes or had_error or remaining_ms <= 0 or not watched:
             return response
         await broker.replica_manager.wait_for_data(watched, remaining_ms)
         if clock.monotonic_ms() >= deadline:
             return _read_once(ctx, request)[0]
+
+
+def _max_bytes(ctx: RequestContext, request) -> int:
+    """The response size limit: the request's, capped by the broker's fetch.max.bytes (as Kafka does)."""
+    return min(request.max_bytes, ctx.broker.config["fetch.max.bytes"])
 
 
 def _read_once(ctx: RequestContext, request):
@@ -42,7 +48,7 @@ def _read_once(ctx: RequestContext, request):
     types = ctx.response_types()
     rm = broker.replica_manager
     topics_meta = broker.metadata.topics()
-    remaining = request.max_bytes
+    remaining = _max_bytes(ctx, request)
     total = 0
     watched = []
     had_error = False
