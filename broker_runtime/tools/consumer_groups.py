@@ -1,10 +1,10 @@
 """`python -m broker_runtime.tools.consumer_groups`: list, describe, reset and delete consumer groups, like
 Kafka's `kafka-consumer-groups.sh`.
 
-It talks to the cluster only over the Kafka protocol, as any client would: through confluent-kafka's admin
-client, plus (for `--delete-offsets`, an API confluent-kafka's Python admin client lacks) one OffsetDelete request
-built with kio. Output, option names and messages follow Kafka's ConsumerGroupCommand. Deliberate difference:
-errors Kafka only prints ("Error: ...") also set the exit code to 1, so scripts can tell.
+It talks to the cluster only over the Kafka protocol, as any client would, through the tools' own admin client
+(`admin_client.py`, kio-based: no dependency beyond the broker's). Output, option names and messages follow
+Kafka's ConsumerGroupCommand. Deliberate difference: errors Kafka only prints ("Error: ...") also set the exit
+code to 1, so scripts can tell.
 
     --list [--state [STATES]]
     --describe (--group G ... | --all-groups) [--offsets | --members [--verbose] | --state]
@@ -22,11 +22,13 @@ import csv
 import datetime as dt
 import io
 import re
-import socket
-import struct
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from broker_runtime.tools.admin_client import EARLIEST, LATEST, AdminClient, AdminError
 
 MISSING = "-"
 ACTIVE_STATES = {"PreparingRebalance", "CompletingRebalance", "Stable", "Assigning", "Reconciling"}
@@ -68,120 +70,86 @@ class TopicPartition:
 
 
 class Cluster:
-    """The admin operations the command needs, over confluent-kafka (and kio for OffsetDelete)."""
+    """The admin operations the command needs, over Odradek's own admin client (tools/admin_client.py)."""
 
     def __init__(self, bootstrap: str, timeout_ms: int, config: dict[str, str]) -> None:
-        from confluent_kafka.admin import AdminClient
-
-        self.bootstrap = bootstrap
-        self.timeout_s = timeout_ms / 1000
-        self.admin = AdminClient({"bootstrap.servers": bootstrap, **config})
+        unsupported = sorted(set(config) - _CLIENT_SETTINGS)
+        if unsupported:
+            raise UsageError(f"Unsupported client setting(s) in --command-config: {', '.join(unsupported)}")
+        self.admin = AdminClient(
+            bootstrap, client_id=config.get("client.id", "odradek-consumer-groups"), timeout_ms=timeout_ms
+        )
 
     def list_groups(self, states: set[str] | None = None) -> list[tuple[str, str]]:
-        from confluent_kafka import ConsumerGroupState
-
-        kwargs = {"request_timeout": self.timeout_s}
-        if states:
-            kwargs["states"] = {_confluent_state(s) for s in states}
-        result = self.admin.list_consumer_groups(**kwargs).result()
-        if result.errors:
-            raise CommandError(f"Listing consumer groups failed: {result.errors[0]}")
-        out = []
-        for listing in result.valid:
-            state = (
-                listing.state.name if isinstance(listing.state, ConsumerGroupState) else str(listing.state)
-            )
-            out.append((listing.group_id, _kafka_state_name(state)))
-        return sorted(out)
+        wanted = {_kafka_state_name(s) for s in states or ()}
+        # Consumer groups only, as Kafka's admin client lists them: protocol type "consumer", or none yet.
+        groups = self.admin.list_groups(sorted(wanted))
+        return [(g, state) for g, state, protocol_type in groups if protocol_type in ("consumer", "")]
 
     def describe(self, group_ids: Sequence[str]) -> dict[str, GroupInfo]:
-        futures = self.admin.describe_consumer_groups(list(group_ids), request_timeout=self.timeout_s)
         out = {}
-        for group_id, future in futures.items():
-            d = future.result()
-            state = d.state.name if hasattr(d.state, "name") else str(d.state)
+        for group_id, g in self.admin.describe_groups(group_ids).items():
             members = [
-                MemberInfo(
-                    m.member_id, m.group_instance_id or "", m.host, m.client_id,
-                    sorted(TopicPartition(tp.topic, tp.partition) for tp in m.assignment.topic_partitions),
-                )
-                for m in d.members
+                MemberInfo(m.member_id, m.group_instance_id or "", m.host, m.client_id,
+                           sorted(TopicPartition(t, p) for t, p in m.assignment))
+                for m in g.members
             ]  # fmt: skip
-            coordinator = (
-                f"{d.coordinator.host}:{d.coordinator.port}  ({d.coordinator.id})" if d.coordinator else ""
-            )
-            out[group_id] = GroupInfo(
-                group_id, _kafka_state_name(state), d.partition_assignor, coordinator, members
-            )
+            coordinator = f"{g.coordinator.host}:{g.coordinator.port}  ({g.coordinator.node_id})"
+            out[group_id] = GroupInfo(group_id, g.state, g.protocol, coordinator, members)
         return out
 
     def committed(self, group_id: str) -> dict[TopicPartition, int]:
-        from confluent_kafka import ConsumerGroupTopicPartitions
-
-        futures = self.admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group_id)], request_timeout=self.timeout_s
-        )
-        result = futures[group_id].result()
-        return {
-            TopicPartition(tp.topic, tp.partition): tp.offset
-            for tp in result.topic_partitions
-            if tp.error is None and tp.offset >= 0
-        }
+        return {TopicPartition(*tp): o for tp, o in self.admin.list_group_offsets(group_id).items()}
 
     def log_offsets(self, partitions: Iterable[TopicPartition], spec: str, timestamp: int = 0) -> dict:
         """{partition: offset (or -1 when nothing matches a timestamp)} for spec earliest | latest | timestamp."""
-        from confluent_kafka import TopicPartition as CTP
-        from confluent_kafka.admin import OffsetSpec
-
         partitions = list(partitions)
         if not partitions:
             return {}
-        make = {"earliest": OffsetSpec.earliest, "latest": OffsetSpec.latest}
-        specs = {
-            CTP(tp.topic, tp.partition): make[spec]() if spec in make else OffsetSpec.for_timestamp(timestamp)
-            for tp in partitions
-        }
-        futures = self.admin.list_offsets(specs, request_timeout=self.timeout_s)
-        return {TopicPartition(k.topic, k.partition): f.result().offset for k, f in futures.items()}
+        target = {"earliest": EARLIEST, "latest": LATEST}.get(spec, timestamp)
+        found = self.admin.list_offsets([(tp.topic, tp.partition) for tp in partitions], target)
+        return {TopicPartition(*tp): offset for tp, offset in found.items()}
 
     def topic_partitions(self, topic: str) -> list[TopicPartition]:
-        # DescribeTopics, not a Metadata lookup: the latter would auto-create a misspelled topic.
-        from confluent_kafka import KafkaException, TopicCollection
-
-        future = self.admin.describe_topics(TopicCollection([topic]), request_timeout=self.timeout_s)[topic]
+        # Metadata without auto-creation: a misspelled topic is not created.
         try:
-            description = future.result()
-        except KafkaException as exc:
-            raise CommandError(f"Topic '{topic}' does not exist or is not available: {exc.args[0]}") from None
-        return [TopicPartition(topic, p.id) for p in sorted(description.partitions, key=lambda p: p.id)]
+            return [TopicPartition(topic, p) for p in self.admin.topic_partitions(topic)]
+        except AdminError as exc:
+            raise CommandError(f"Topic '{topic}' does not exist or is not available: {exc}") from None
 
     def alter_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
-        from confluent_kafka import ConsumerGroupTopicPartitions
-        from confluent_kafka import TopicPartition as CTP
-
-        request = ConsumerGroupTopicPartitions(
-            group_id, [CTP(tp.topic, tp.partition, o) for tp, o in offsets.items()]
+        errors = self.admin.alter_group_offsets(
+            group_id, {(tp.topic, tp.partition): o for tp, o in offsets.items()}
         )
-        futures = self.admin.alter_consumer_group_offsets([request], request_timeout=self.timeout_s)
-        result = futures[group_id].result()
-        failed = [tp for tp in result.topic_partitions if tp.error is not None]
+        failed = [(tp, e) for tp, e in sorted(errors.items()) if e != ErrorCode.none]
         if failed:
-            raise CommandError(f"Committing offsets for group '{group_id}' failed: {failed[0].error}")
+            (topic, partition), error = failed[0]
+            raise CommandError(
+                f"Committing offsets for group '{group_id}' failed: {topic}-{partition}: {error.name.upper()}"
+            )
 
     def delete_groups(self, group_ids: Sequence[str]) -> dict[str, str | None]:
-        futures = self.admin.delete_consumer_groups(list(group_ids), request_timeout=self.timeout_s)
         out: dict[str, str | None] = {}
-        for group_id, future in futures.items():
+        for group_id in group_ids:
             try:
-                future.result()
-                out[group_id] = None
-            except Exception as exc:  # KafkaException carrying the broker's error
-                out[group_id] = _error_text(exc)
+                error = self.admin.delete_groups([group_id])[group_id]
+                out[group_id] = None if error == ErrorCode.none else str(AdminError(error))
+            except AdminError as exc:
+                out[group_id] = str(exc)
         return out
 
     def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition]) -> tuple[str, dict]:
         """OffsetDelete: (top-level error name, {partition: error name or None})."""
-        return _delete_offsets(self.bootstrap, group_id, partitions, self.timeout_s)
+        error, results = self.admin.delete_group_offsets(
+            group_id, [(tp.topic, tp.partition) for tp in partitions]
+        )
+        return error.name.upper(), {
+            TopicPartition(*tp): None if e == ErrorCode.none else e.name.upper() for tp, e in results.items()
+        }
+
+
+# Client settings --command-config may carry: the ones this client has (no TLS or SASL to configure).
+_CLIENT_SETTINGS = {"client.id"}
 
 
 @dataclass
@@ -202,131 +170,12 @@ class GroupInfo:
     members: list[MemberInfo]
 
 
-def _confluent_state(name: str):
-    from confluent_kafka import ConsumerGroupState
-
-    wanted = name.replace("_", "").lower()
-    for state in ConsumerGroupState:
-        if state.name.replace("_", "").lower() == wanted:
+def _kafka_state_name(name: str) -> str:
+    """A --state value as Kafka names the state (case-insensitive, as Kafka's command parses it)."""
+    for state in KNOWN_STATES:
+        if state.lower() == name.replace("_", "").lower():
             return state
     raise UsageError(f"Invalid state list '{name}'. Valid states are: {', '.join(KNOWN_STATES)}")
-
-
-def _kafka_state_name(name: str) -> str:
-    """confluent's PREPARING_REBALANCING / STABLE / ... as Kafka prints them (PreparingRebalance, Stable, ...)."""
-    key = name.replace("_", "").lower()
-    aliases = {"preparingrebalancing": "PreparingRebalance", "completingrebalancing": "CompletingRebalance"}
-    if key in aliases:
-        return aliases[key]
-    for state in KNOWN_STATES:
-        if state.lower() == key:
-            return state
-    return name.title()
-
-
-def _error_text(exc: Exception) -> str:
-    arg = exc.args[0] if exc.args else exc
-    text = getattr(arg, "str", None)
-    name = getattr(arg, "name", None)
-    if callable(text) and callable(name):
-        return f"{name()}: {text()}"
-    return str(exc)
-
-
-# --- OffsetDelete over a raw connection (kio) -------------------------------------------------------------------
-
-
-def _delete_offsets(bootstrap: str, group_id: str, partitions: Sequence[TopicPartition], timeout_s: float):
-    from kio.schema.errors import ErrorCode
-    from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest
-    from kio.schema.offset_delete.v0 import request as od
-    from kio.static.primitive import i8, i32
-
-    host, port = _split_host_port(bootstrap.split(",")[0])
-    with _KafkaConnection(host, port, timeout_s) as conn:
-        found = conn.call(FindCoordinatorRequest(key=group_id, key_type=i8(0)))
-    if found.error_code != ErrorCode.none:
-        raise CommandError(
-            f"Cannot find the coordinator of group '{group_id}': {found.error_code.name.upper()}"
-        )
-    by_topic: dict[str, list[int]] = {}
-    for tp in partitions:
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
-    request = od.OffsetDeleteRequest(
-        group_id=group_id,
-        topics=tuple(
-            od.OffsetDeleteRequestTopic(
-                name=t, partitions=tuple(od.OffsetDeleteRequestPartition(partition_index=i32(p)) for p in ps)
-            )
-            for t, ps in by_topic.items()
-        ),
-    )
-    with _KafkaConnection(found.host, found.port, timeout_s) as conn:
-        response = conn.call(request)
-    results = {
-        TopicPartition(t.name, p.partition_index): None
-        if p.error_code == ErrorCode.none
-        else p.error_code.name.upper()
-        for t in response.topics
-        for p in t.partitions
-    }
-    return response.error_code.name.upper(), results
-
-
-def _split_host_port(address: str) -> tuple[str, int]:
-    host, _, port = address.strip().rpartition(":")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-class _KafkaConnection:
-    """One request/response exchange at a time on a plain socket, encoded with kio."""
-
-    def __init__(self, host: str, port: int, timeout_s: float) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout_s)
-        self.sock.settimeout(timeout_s)
-        self.correlation_id = 0
-
-    def __enter__(self) -> _KafkaConnection:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.sock.close()
-
-    def call(self, request):
-        from kio.index import load_response_schema
-        from kio.serial import entity_reader, entity_writer
-        from kio.static.primitive import i16, i32
-
-        self.correlation_id += 1
-        header_type = request.__header_schema__
-        buf = io.BytesIO()
-        header = header_type(
-            request_api_key=i16(request.__api_key__),
-            request_api_version=i16(request.__version__),
-            correlation_id=i32(self.correlation_id),
-            client_id="odradek-consumer-groups",
-        )
-        entity_writer(header_type)(buf, header)
-        entity_writer(type(request))(buf, request)
-        body = buf.getvalue()
-        self.sock.sendall(struct.pack(">i", len(body)) + body)
-        (size,) = struct.unpack(">i", self._exact(4))
-        frame = self._exact(size)
-        response_type = load_response_schema(request.__api_key__, request.__version__)
-        pos = 4
-        if response_type.__flexible__:
-            pos += 1  # an empty tagged-field section in response header v1
-        result = entity_reader(response_type)(frame, pos)
-        return result[0] if isinstance(result, tuple) else result
-
-    def _exact(self, n: int) -> bytes:
-        data = bytearray()
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise CommandError("the broker closed the connection")
-            data += chunk
-        return bytes(data)
 
 
 # --- parsing helpers --------------------------------------------------------------------------------------
@@ -790,6 +639,7 @@ def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
         print("Command must include exactly one action: --list, --describe, --delete, --reset-offsets, "
               "--delete-offsets", file=err)  # fmt: skip
         return 1
+    cluster = None
     try:
         cluster = Cluster(args.bootstrap_server, args.timeout, _load_properties(args.command_config))
         command = Command(args, cluster, out, err)
@@ -802,14 +652,13 @@ def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
     except (CommandError, OSError) as exc:
         print(f"\nError: {exc}", file=out)
         return 1
-    except Exception as exc:
-        from confluent_kafka import KafkaException
-
-        if not isinstance(exc, KafkaException):
-            raise
-        # What the cluster answered through the admin client.
-        print(f"\nError: Executing consumer group command failed due to {_error_text(exc)}", file=out)
+    except AdminError as exc:
+        # What the cluster answered.
+        print(f"\nError: Executing consumer group command failed due to {exc}", file=out)
         return 1
+    finally:
+        if cluster is not None:
+            cluster.admin.close()
 
 
 if __name__ == "__main__":
