@@ -51,6 +51,7 @@ def line_chart(
             ax.axhline(y, linestyle="--", linewidth=1, color="#b33", label=label)
         ax.set_title(title)
         ax.set_ylabel(unit)
+        ax.set_xlabel("UTC")
         if series or hlines:
             ax.legend(loc="upper left", fontsize="small")
         else:

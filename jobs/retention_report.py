@@ -26,9 +26,8 @@ from pyspark.sql import functions as F
 
 from jobs.charts import bar_chart
 from jobs.report import Report, ReportContext, ReportResult, main, parse_duration_ms
-from jobs.throughput_report import record_size
+from jobs.throughput_report import MS_PER_HOUR, record_size
 
-MS_PER_HOUR = 3_600_000
 BYTES_PER_GB = 1e9
 
 

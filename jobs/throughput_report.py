@@ -19,6 +19,8 @@ from pyspark.sql import functions as F
 from jobs.charts import bar_chart, line_chart
 from jobs.report import Report, ReportContext, ReportResult, main
 
+MS_PER_HOUR = 3_600_000
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -51,8 +53,13 @@ def hourly_counts(records, window_start_ms: int, window_end_ms: int):
     )
 
 
+def _utc(value: dt.datetime) -> dt.datetime:
+    """Arrow hands Spark timestamps back in UTC, with or without the zone attached."""
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
 def _hour_iso(value: dt.datetime) -> str:
-    return value.replace(tzinfo=dt.UTC).isoformat().replace("+00:00", "Z")
+    return _utc(value).isoformat().replace("+00:00", "Z")
 
 
 def run(ctx: ReportContext) -> ReportResult:
@@ -143,10 +150,14 @@ def run(ctx: ReportContext) -> ReportResult:
             ]
         ),
     )
-    series = {}
-    for t in ranked[:5]:
-        rows = sorted((r for r in per_topic_hour.to_pylist() if r["topic"] == t), key=lambda r: r["hour"])
-        series[t] = ([r["hour"] for r in rows], [r["bytes_sum"] / 1e6 for r in rows])
+    # every hour of the window on the x axis, so an hour without records shows as 0, not as a line across it
+    first_hour = ctx.window_start_ms // MS_PER_HOUR * MS_PER_HOUR
+    hours = [
+        dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+        for ms in range(first_hour, ctx.window_end_ms, MS_PER_HOUR)
+    ]
+    topic_hour_bytes = {(r["topic"], _utc(r["hour"])): r["bytes_sum"] for r in per_topic_hour.to_pylist()}
+    series = {t: (hours, [topic_hour_bytes.get((t, h), 0) / 1e6 for h in hours]) for t in ranked[:5]}
     charts = {
         "bytes_per_hour": line_chart("Bytes in per hour (top topics)", series, "MB"),
         "top_topics": bar_chart(
