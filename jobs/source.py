@@ -387,7 +387,8 @@ def _consumer_config(opts: SourceOptions) -> dict[str, object]:
         "group.id": f"odradek-spark-{uuid.uuid4().hex}",  # required by librdkafka; never joined or committed
         "enable.auto.commit": False,
         "enable.partition.eof": True,
-        "auto.offset.reset": "error",
+        # records deleted under a range (retention, DeleteRecords) are an error, or skipped with failOnDataLoss=false
+        "auto.offset.reset": "error" if opts.fail_on_data_loss else "earliest",
         "fetch.wait.max.ms": 100,
         "max.partition.fetch.bytes": 8 * 1024 * 1024,
         "fetch.max.bytes": 64 * 1024 * 1024,
@@ -477,10 +478,6 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator:
                         good.append(m)
                     elif err.code() == KafkaError._PARTITION_EOF:
                         reached_end = True  # the log ends before rng.end: a compacted or aborted tail
-                    elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                        if opts.fail_on_data_loss:
-                            raise KafkaException(err)
-                        reached_end = True
                     else:
                         raise KafkaException(err)
                 messages = good

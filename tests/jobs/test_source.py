@@ -6,11 +6,11 @@ import json
 import uuid
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from report_data import HOUR_MS, Rec, produce
 
-from jobs.source import OffsetRange, SourceOptionError, SourceOptions, split_ranges
+from jobs.source import OffsetRange, SourceOptionError, SourceOptions, read_range, split_ranges
 
 
 def _read(spark, bootstrap, **options):
@@ -196,3 +196,25 @@ def test_streaming_read_respects_max_offsets_per_trigger(spark, broker, new_topi
     assert len(rows) == 280
     assert len({(r["partition"], r["offset"]) for r in rows}) == 280  # each record exactly once
     assert sum(1 for r in rows if bytes(r["value"]).startswith(b"late")) == 30
+
+
+def test_records_deleted_under_a_planned_range(broker, new_topic):
+    """Retention can delete a range's first records between planning and reading (a streaming query's next
+    micro-batch, a long job): an error, or with failOnDataLoss=false the records that are left."""
+    topic = new_topic()
+    produce(broker.bootstrap, [Rec(topic, 0, None, b"x%d" % i, 1_700_000_000_000 + i) for i in range(10)])
+    planned = OffsetRange(topic, 0, 2, 10)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 6)]).values():
+        future.result(timeout=30)
+    base = {
+        "kafka.bootstrap.servers": broker.bootstrap,
+        "subscribe": topic,
+        "kafkaConsumer.pollTimeoutMs": "20000",
+    }
+    strict = SourceOptions.parse(base, streaming=True)
+    with pytest.raises(KafkaException, match=r"(?i)offset"):
+        list(read_range(strict, planned))
+    lenient = SourceOptions.parse({**base, "failOnDataLoss": "false"}, streaming=True)
+    offsets = [o for batch in read_range(lenient, planned) for o in batch.column("offset").to_pylist()]
+    assert offsets == [6, 7, 8, 9]
