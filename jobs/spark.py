@@ -17,30 +17,34 @@ def spark_session(
 
     The master is ``master``, else ``SPARK_MASTER``, else ``local[*]``. Python workers run this interpreter
     (``PYSPARK_PYTHON``), which has pyarrow and confluent-kafka, unless the environment names another one
-    (on a cluster, an interpreter with the ``jobs`` extra installed). Under ``spark-submit`` the session the
-    submitter configured is reused.
+    (on a cluster, an interpreter with the ``jobs`` extra installed). Under ``spark-submit`` its master and
+    settings apply; a session already running in this process is reused as it is.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name)
-    if "spark.master" not in _submitted_conf():
-        builder = builder.master(master or os.environ.get("SPARK_MASTER") or "local[*]")
-    defaults = {
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.session.timeZone": "UTC",
-        # the reports aggregate small results: a few shuffle partitions beat Spark's 200 on a laptop
-        "spark.sql.shuffle.partitions": os.environ.get("ODRADEK_SHUFFLE_PARTITIONS", "8"),
-    }
-    for key, value in {**defaults, **(conf or {})}.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = SparkSession.getActiveSession()
+    if spark is None:  # else reuse the running session (a test's, a notebook's) as it is configured
+        builder = SparkSession.builder.appName(app_name)
+        settings = dict(conf or {})
+        if not _submitted():  # spark-submit's --master and --conf win over these defaults
+            builder = builder.master(master or os.environ.get("SPARK_MASTER") or "local[*]")
+            settings = {**LOCAL_DEFAULTS, **settings}
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+    # hours and days in the reports are UTC, whatever the machine's or the submitter's time zone
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.dataSource.register(OdradekDataSource)
     return spark
 
 
-def _submitted_conf() -> dict[str, str]:
-    """Settings spark-submit passed to this driver (it exports them as system properties to the JVM it
-    starts; PySpark sees them only after the gateway is up, so check the environment spark-submit sets)."""
-    if os.environ.get("SPARK_ENV_LOADED") or os.environ.get("PYSPARK_GATEWAY_PORT"):
-        return {"spark.master": "submitted"}
-    return {}
+LOCAL_DEFAULTS = {
+    "spark.ui.showConsoleProgress": "false",
+    # the reports aggregate small results: a few shuffle partitions beat Spark's 200 on a laptop
+    "spark.sql.shuffle.partitions": "8",
+}
+
+
+def _submitted() -> bool:
+    """Whether spark-submit started this driver: it starts the JVM first and tells PySpark where it is."""
+    return bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
