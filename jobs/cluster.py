@@ -25,8 +25,8 @@ class ClusterError(Exception):
     """The cluster could not answer (unreachable, unknown topic, a Kafka error); the message says which."""
 
 
-def client_config(bootstrap_servers: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    return {"bootstrap.servers": bootstrap_servers, "client.id": "odradek-jobs", **(extra or {})}
+def client_config(bootstrap_servers: str) -> dict[str, str]:
+    return {"bootstrap.servers": bootstrap_servers, "client.id": "odradek-jobs"}
 
 
 @dataclass(frozen=True)
