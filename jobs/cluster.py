@@ -97,12 +97,12 @@ class ClusterClient:
     def latest(self, tps: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         return {tp: o for tp, (o, _) in self.list_offsets(dict.fromkeys(tps, OffsetSpec.latest())).items()}
 
-    def offsets_for_timestamp(
-        self, tps: Iterable[TopicPartitionKey], timestamp_ms: int
+    def offsets_for_timestamps(
+        self, timestamps: Mapping[TopicPartitionKey, int]
     ) -> dict[TopicPartitionKey, int]:
-        """The first offset whose record timestamp is >= ``timestamp_ms``; -1 where there is none."""
-        spec = OffsetSpec.for_timestamp(timestamp_ms)
-        return {tp: o for tp, (o, _) in self.list_offsets(dict.fromkeys(tps, spec)).items()}
+        """Per partition, the first offset whose record timestamp is >= its timestamp; -1 where there is none."""
+        specs = {tp: OffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()}
+        return {tp: o for tp, (o, _) in self.list_offsets(specs).items()}
 
     # -- configs
 

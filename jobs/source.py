@@ -65,6 +65,8 @@ _SOURCE_OPTIONS = {
     "endingoffsets",
     "startingtimestamp",
     "endingtimestamp",
+    "startingoffsetsbytimestamp",
+    "endingoffsetsbytimestamp",
     "startingoffsetsbytimestampstrategy",
     "minpartitions",
     "maxrecordsperpartition",
@@ -134,25 +136,39 @@ def _offsets_json(name: str, raw: str) -> dict[str, dict[int, int]]:
 
 @dataclass(frozen=True)
 class OffsetSpec:
-    """A bound of a read: "earliest", "latest", per-partition offsets (with -2/-1), or a timestamp in ms."""
+    """A bound of a read, from the option ``option``: "earliest", "latest", per-partition offsets (with -2/-1),
+    or timestamps in ms (one for every partition, or per partition)."""
 
+    option: str
     kind: str  # "earliest" | "latest" | "offsets" | "timestamp"
-    offsets: Mapping[str, Mapping[int, int]] | None = None
+    offsets: Mapping[str, Mapping[int, int]] | None = None  # offsets, or timestamps for kind "timestamp"
     timestamp_ms: int | None = None
 
     @classmethod
-    def parse(cls, name: str, raw: str | None, default: str, *, allow_earliest: bool = True) -> OffsetSpec:
-        text = (raw if raw is not None else default).strip()
+    def parse(cls, opts: Mapping[str, str], bound: str, default: str) -> OffsetSpec:
+        """``bound`` is "starting" or "ending"; like Spark, ``<bound>Timestamp`` wins over
+        ``<bound>OffsetsByTimestamp``, which wins over ``<bound>Offsets``."""
+        name = f"{bound}Timestamp"
+        if name.lower() in opts:
+            return cls(name, "timestamp", timestamp_ms=_int(opts, name, None, minimum=0))
+        name = f"{bound}OffsetsByTimestamp"
+        if name.lower() in opts:
+            timestamps = _offsets_json(name, opts[name.lower()])
+            if any(ts < 0 for parts in timestamps.values() for ts in parts.values()):
+                raise SourceOptionError(f"{name}: timestamps must be at least 0")
+            return cls(name, "timestamp", offsets=timestamps)
+        name = f"{bound}Offsets"
+        text = opts.get(name.lower(), default).strip()
         if text.lower() in ("earliest", "latest"):
-            if text.lower() == "earliest" and not allow_earliest:
+            if text.lower() == "earliest" and bound == "ending":
                 raise SourceOptionError(f"{name}: 'earliest' is not allowed here")
-            return cls(text.lower())
+            return cls(name, text.lower())
         offsets = _offsets_json(name, text)
         for topic, parts in offsets.items():
             for partition, offset in parts.items():
-                if offset < EARLIEST or (offset == EARLIEST and not allow_earliest):
+                if offset < EARLIEST or (offset == EARLIEST and bound == "ending"):
                     raise SourceOptionError(f"{name}: offset {offset} for {topic}-{partition} is not allowed")
-        return cls("offsets", offsets=offsets)
+        return cls(name, "offsets", offsets=offsets)
 
 
 @dataclass(frozen=True)
@@ -201,22 +217,14 @@ class SourceOptions:
                     f'assign: expected JSON like {{"topic":[0,1]}}, got {opts["assign"]!r}'
                 )
 
-        if "startingtimestamp" in opts:
-            starting = OffsetSpec("timestamp", timestamp_ms=_int(opts, "startingTimestamp", None, minimum=0))
-        else:
-            starting = OffsetSpec.parse(
-                "startingOffsets", opts.get("startingoffsets"), "latest" if streaming else "earliest"
+        if streaming and any(k.startswith("ending") for k in opts):
+            raise SourceOptionError(
+                "endingOffsets, endingTimestamp and endingOffsetsByTimestamp are for batch queries"
             )
-            if starting.kind == "latest" and not streaming:
-                raise SourceOptionError("startingOffsets: 'latest' is not allowed for a batch query")
-        if streaming and ("endingoffsets" in opts or "endingtimestamp" in opts):
-            raise SourceOptionError("endingOffsets and endingTimestamp are for batch queries only")
-        if "endingtimestamp" in opts:
-            ending = OffsetSpec("timestamp", timestamp_ms=_int(opts, "endingTimestamp", None, minimum=0))
-        else:
-            ending = OffsetSpec.parse(
-                "endingOffsets", opts.get("endingoffsets"), "latest", allow_earliest=False
-            )
+        starting = OffsetSpec.parse(opts, "starting", "latest" if streaming else "earliest")
+        if starting.kind == "latest" and not streaming:
+            raise SourceOptionError("startingOffsets: 'latest' is not allowed for a batch query")
+        ending = OffsetSpec.parse(opts, "ending", "latest")
         strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
         if strategy not in ("error", "latest"):
             raise SourceOptionError(
@@ -315,7 +323,7 @@ class Planner:
         return [(t, info.partition) for t, infos in known.items() if pattern.fullmatch(t) for info in infos]
 
     def resolve(
-        self, spec: OffsetSpec, tps: list[tuple[str, int]], name: str, *, earliest: dict, latest: dict
+        self, spec: OffsetSpec, tps: list[tuple[str, int]], *, earliest: dict, latest: dict
     ) -> dict[tuple[str, int], int]:
         """Concrete offsets for ``spec`` on every partition of ``tps``."""
         if spec.kind == "earliest":
@@ -323,31 +331,41 @@ class Planner:
         if spec.kind == "latest":
             return {tp: latest[tp] for tp in tps}
         if spec.kind == "timestamp":
-            found = self.cluster.offsets_for_timestamp(tps, spec.timestamp_ms)
+            wanted = (
+                {tp: spec.timestamp_ms for tp in tps}
+                if spec.offsets is None
+                else self._per_partition(spec, tps)
+            )
+            found = self.cluster.offsets_for_timestamps(wanted)
             out = {}
             for tp in tps:
                 if found[tp] >= 0:
                     out[tp] = found[tp]
-                elif name == "startingTimestamp" and self.opts.timestamp_strategy == "error":
+                elif spec.option.startswith("starting") and self.opts.timestamp_strategy == "error":
                     raise SourceOptionError(
-                        f"startingTimestamp: {tp[0]}-{tp[1]} has no record at or after {spec.timestamp_ms} "
+                        f"{spec.option}: {tp[0]}-{tp[1]} has no record at or after {wanted[tp]} "
                         "(set startingOffsetsByTimestampStrategy=latest to start at its end)"
                     )
                 else:
                     out[tp] = latest[tp]
             return out
+        given = self._per_partition(spec, tps)
+        return {
+            tp: earliest[tp] if o == EARLIEST else latest[tp] if o == LATEST else o for tp, o in given.items()
+        }
+
+    @staticmethod
+    def _per_partition(spec: OffsetSpec, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         given = {(t, p): o for t, parts in (spec.offsets or {}).items() for p, o in parts.items()}
         if set(given) != set(tps):
             missing = sorted(set(tps) - set(given))
             extra = sorted(set(given) - set(tps))
             raise SourceOptionError(
-                f"{name}: must name every assigned partition"
+                f"{spec.option}: must name every assigned partition"
                 + (f"; missing {', '.join(f'{t}-{p}' for t, p in missing)}" if missing else "")
                 + (f"; not assigned {', '.join(f'{t}-{p}' for t, p in extra)}" if extra else "")
             )
-        return {
-            tp: earliest[tp] if o == EARLIEST else latest[tp] if o == LATEST else o for tp, o in given.items()
-        }
+        return given
 
     def check_start(self, tp: tuple[str, int], start: int, earliest: int, latest: int) -> int:
         """A start before the log start (retention deleted it) is data loss: an error or, if allowed, skipped."""
@@ -363,9 +381,8 @@ class Planner:
     def batch_ranges(self) -> list[OffsetRange]:
         tps = self.topic_partitions()
         earliest, latest = self.cluster.earliest(tps), self.cluster.latest(tps)
-        name = "startingTimestamp" if self.opts.starting.kind == "timestamp" else "startingOffsets"
-        starts = self.resolve(self.opts.starting, tps, name, earliest=earliest, latest=latest)
-        ends = self.resolve(self.opts.ending, tps, "endingOffsets", earliest=earliest, latest=latest)
+        starts = self.resolve(self.opts.starting, tps, earliest=earliest, latest=latest)
+        ends = self.resolve(self.opts.ending, tps, earliest=earliest, latest=latest)
         ranges = []
         for tp in tps:
             start = self.check_start(tp, starts[tp], earliest[tp], latest[tp])
@@ -528,8 +545,7 @@ class OdradekStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict:
         tps = self.planner.topic_partitions()
         earliest, latest = self.planner.cluster.earliest(tps), self.planner.cluster.latest(tps)
-        name = "startingTimestamp" if self.opts.starting.kind == "timestamp" else "startingOffsets"
-        starts = self.planner.resolve(self.opts.starting, tps, name, earliest=earliest, latest=latest)
+        starts = self.planner.resolve(self.opts.starting, tps, earliest=earliest, latest=latest)
         return _offsets_dict(
             {tp: self.planner.check_start(tp, o, earliest[tp], latest[tp]) for tp, o in starts.items()}
         )

@@ -69,6 +69,27 @@ def test_assign_with_starting_timestamp(spark, broker, dataset):
     assert {r["partition"] for r in _rows(df)} == {0}
 
 
+def test_offsets_by_timestamp_per_partition(spark, broker, dataset):
+    audit, clicks, now = dataset.audit, dataset.clicks, dataset.now_ms
+    df = _read(
+        spark,
+        dataset.bootstrap,
+        assign=json.dumps({audit: [0], clicks: [0]}),
+        # audit: 10 records 3 h old, then 10 records 10 min old; clicks: 200 records 5 min old
+        startingOffsetsByTimestamp=json.dumps({audit: {"0": now - 4 * HOUR_MS}, clicks: {"0": now - 60_000}}),
+        startingOffsetsByTimestampStrategy="latest",  # clicks has nothing that new: start at its end
+        endingOffsetsByTimestamp=json.dumps({audit: {"0": now - HOUR_MS}, clicks: {"0": now}}),
+    )
+    assert sorted((r["topic"], r["offset"]) for r in _rows(df)) == [(audit, o) for o in range(10)]
+    with pytest.raises(Exception, match=r"startingOffsetsByTimestamp: .*has no record at or after"):
+        _read(
+            spark,
+            dataset.bootstrap,
+            assign=json.dumps({clicks: [0]}),
+            startingOffsetsByTimestamp=json.dumps({clicks: {"0": now}}),
+        ).collect()
+
+
 def test_subscribe_pattern_and_headers(spark, broker, dataset):
     df = _read(
         spark, dataset.bootstrap, subscribePattern=f"(clicks|audit)-{dataset.suffix}", includeHeaders="true"
@@ -134,6 +155,7 @@ def test_bad_options_name_the_option(spark, broker, dataset):
             "subscribePattern: invalid regular expression",
         ),
         ({"subscribe": "a", "startingOffset": "earliest"}, "unknown option"),
+        ({"subscribe": "a", "startingOffsetsByTimestamp": '{"a":{"0":-5}}'}, "timestamps must be at least 0"),
     ],
 )
 def test_option_errors(options, message):
