@@ -152,7 +152,7 @@ def group_stats(rounds, thresholds_ms: list[int]):
     ]
     for t in thresholds_ms:
         above = F.when(F.col("max_lag_seconds") > t / 1000, F.col("interval_ms")).otherwise(0)
-        aggs.append((F.sum(above) / 1000.0).alias(f"seconds_above_{t // 1000}s"))
+        aggs.append((F.sum(above) / 1000.0).alias(f"seconds_above_{_label(t)}"))
     return rounds.groupBy("group").agg(*aggs).orderBy("group")
 
 
@@ -195,7 +195,7 @@ def run(ctx: ReportContext) -> ReportResult:
             "Lag in seconds (groups with the largest lag)",
             series,
             "seconds",
-            hlines={f"threshold {t // 1000}s": t / 1000 for t in args.thresholds},
+            hlines={f"threshold {_label(t)}": t / 1000 for t in args.thresholds},
         ),
         "max_lag_by_group": bar_chart(
             "Largest lag by group (offsets, summed over partitions)",
@@ -231,6 +231,11 @@ def run(ctx: ReportContext) -> ReportResult:
         charts=charts,
         rows_read=int(pa.compute.sum(stats["samples"]).as_py() or 0) if len(stats) else 0,
     )
+
+
+def _label(threshold_ms: int) -> str:
+    """A threshold as a name: 60s, 1.5s, 900s."""
+    return f"{threshold_ms / 1000:g}s"
 
 
 def _datetime(ms: int):
