@@ -531,10 +531,11 @@ class OdradekStreamReader(DataSourceStreamReader):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._planner: Planner | None = None
+        self._latest: dict | None = None
 
     def __getstate__(self) -> dict:
         # Spark ships the reader to its tasks; the admin client stays on the driver
-        return {"opts": self.opts, "_planner": None}
+        return {"opts": self.opts, "_planner": None, "_latest": None}
 
     @property
     def planner(self) -> Planner:
@@ -558,6 +559,7 @@ class OdradekStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         tps = self.planner.topic_partitions()
         latest = self.planner.cluster.latest(tps)
+        self._latest = _offsets_dict(latest)
         begin = _offsets_from_dict(start)
         new = [tp for tp in tps if tp not in begin]
         if new:  # partitions added since the query started are read from their start, as Spark's source does
@@ -571,6 +573,10 @@ class OdradekStreamReader(DataSourceStreamReader):
                 shares[tp] += 1
             return _offsets_dict({tp: begin[tp] + min(backlog[tp], shares[tp]) for tp in tps})
         return _offsets_dict({tp: max(begin[tp], latest[tp]) for tp in tps})
+
+    def reportLatestOffset(self) -> dict | None:
+        """The end offsets seen by the last ``latestOffset``: the query's progress shows how far behind it is."""
+        return self._latest
 
     def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
         begin, finish = _offsets_from_dict(start), _offsets_from_dict(end)

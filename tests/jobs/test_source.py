@@ -208,6 +208,8 @@ def test_streaming_read_respects_max_offsets_per_trigger(spark, broker, new_topi
         query.processAllAvailable()
         batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
         assert sum(batches) == 250 and max(batches) <= 100 and len(batches) >= 3
+        latest = json.loads(query.recentProgress[-1]["sources"][0]["latestOffset"])
+        assert latest == {topic: {"0": 125, "1": 125}}
         produce(
             broker.bootstrap, [Rec(topic, 0, None, b"late%d" % i, 1_700_000_100_000 + i) for i in range(30)]
         )
