@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := gcc libc6-dev python3-dev zookeeper redis-server chromium
 JS_DIR := tests/integration/js
 
-.PHONY: install java up test bench reports screenshots lint format clean
+.PHONY: install java up cluster test bench reports screenshots lint format clean
 
 install: debian-packages java $(VENV)/.installed $(JS_DIR)/node_modules/.installed
 
@@ -41,6 +41,10 @@ java:
 # then the console on http://127.0.0.1:8000, a Celery worker and beat, until Ctrl-C.
 up: install
 	$(PY) manage.py up
+
+# ZooKeeper and three brokers in the foreground (deploy/cluster.py); Ctrl-C stops them. Data in var/cluster.
+cluster: install
+	$(PY) deploy/cluster.py
 
 test: install
 	$(PY) -m pytest

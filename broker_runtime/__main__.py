@@ -35,10 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"odradek: cannot read configuration: {exc}", file=sys.stderr)
         return 2
 
-    if config.zookeeper_connect is not None:
+    if config.zookeeper_connect is not None and config.broker_id < 0:
         print(
-            "odradek: configuration error: zookeeper.connect: ZooKeeper clusters are not built yet; "
-            "remove it to run a standalone broker",
+            "odradek: configuration error: broker.id: set it when zookeeper.connect is set "
+            "(generated broker ids are not built)",
             file=sys.stderr,
         )
         return 2
@@ -53,15 +53,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _run(config) -> int:
+    from kazoo.exceptions import KazooException
+    from kazoo.handlers.threading import KazooTimeoutError
+
     from broker_runtime.broker import Broker
     from broker_runtime.cluster.metadata_store import MetadataFileError
+    from broker_runtime.errors import KafkaError
     from broker_runtime.log.log_manager import LogDirError
 
     try:
         broker = Broker(config)
         await broker.start()
-    except (OSError, LogDirError, MetadataFileError) as exc:
-        logging.getLogger("broker_runtime").error("cannot start: %s", exc)
+    except (OSError, LogDirError, MetadataFileError, KafkaError) as exc:
+        logging.getLogger("broker_runtime").error("cannot start: %s", getattr(exc, "message", None) or exc)
+        return 1
+    except (KazooTimeoutError, KazooException) as exc:
+        logging.getLogger("broker_runtime").error(
+            "cannot start: ZooKeeper at %s: %s", config.zookeeper_connect, exc or type(exc).__name__
+        )
         return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

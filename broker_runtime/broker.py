@@ -24,11 +24,13 @@ from kio.schema.errors import ErrorCode
 from broker_runtime.clock import Clock
 from broker_runtime.cluster.metadata_store import (
     BrokerInfo,
+    MetadataStore,
     PartitionAssignment,
     StandaloneMetadataStore,
     TopicInfo,
 )
 from broker_runtime.cluster.topics import INTERNAL_TOPICS, assign_replicas, collision_key, validate_topic_name
+from broker_runtime.cluster.zk_member import ZkClusterMember
 from broker_runtime.config import (
     BROKER_CONFIG_DEFS,
     TOPIC_CONFIG_DEFS,
@@ -88,13 +90,21 @@ class Broker:
         self._storage = ThreadPoolExecutor(1, thread_name_prefix="odradek-storage")
         self._deleter = ThreadPoolExecutor(1, thread_name_prefix="odradek-deleter")
         self._operations: set[asyncio.Task] = set()
-        self.metadata = StandaloneMetadataStore(
-            self.log_dirs[0], self.advertised, fs=self.fs, run_blocking=self._save_metadata
-        )
-        for entity, values in self.metadata.broker_configs().items():
-            if entity in ("", str(self.broker_id)):
-                config.replace_dynamic(values, cluster_default=entity == "")
-        # Dynamic listener settings are in the metadata file: bind and advertise once they are loaded.
+        # With zookeeper.connect the broker is a member of a cluster: metadata in ZooKeeper, leadership decided
+        # by the elected controller. Without it the broker is a complete single-node cluster.
+        self.member: ZkClusterMember | None = None
+        if config.zookeeper_connect is not None:
+            self.member = ZkClusterMember(self)
+            self.metadata: MetadataStore = self.member.store
+        else:
+            self.metadata = StandaloneMetadataStore(
+                self.log_dirs[0], self.advertised, fs=self.fs, run_blocking=self._save_metadata
+            )
+            for entity, values in self.metadata.broker_configs().items():
+                if entity in ("", str(self.broker_id)):
+                    config.replace_dynamic(values, cluster_default=entity == "")
+        # Dynamic listener settings are in the metadata: bind and advertise once they are loaded (in a cluster,
+        # ZooKeeper's are applied at start).
         self.bind_address = config.listeners[0]
         self._set_advertised()
         config.add_check(self._check_bound_listener)
@@ -122,7 +132,13 @@ class Broker:
     # --- lifecycle ----------------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.member is not None:
+            await self.member.connect()  # the cluster id and the configs the logs load with
         self.log_manager.startup(self.broker_id, self.metadata.cluster_id)
+        if self.member is not None:
+            await self._start_listening()
+            await self.member.join()  # the controller tells this broker what to lead and follow
+            return
         if self.log_dirs[0] in self.log_manager.offline_dirs:
             raise LogDirError(f"{self.log_dirs[0]}, which holds the cluster metadata, failed")
         self._sort_out_unknown_logs()
@@ -140,6 +156,9 @@ class Broker:
         )()
         for topic, index, assignment in hosted:
             self._host_partition(topic, index, assignment, self.log_manager.get_log(topic.name, index))
+        await self._start_listening()
+
+    async def _start_listening(self) -> None:
         self._start_coordinators()
         self._listener = Listener(self.dispatcher, self.bind_address, self.config, self.clock)
         await self._listener.start()
@@ -183,11 +202,15 @@ class Broker:
     def _on_broker_config_change(self, key: str) -> None:
         if key in ("advertised.listeners", "listeners"):
             self._set_advertised()
+            if self.member is not None:
+                self.member.registration_changed()
 
     async def stop(self, *, clean: bool = True) -> None:
         """Controlled shutdown; `clean=False` after a halt: no flushes, checkpoints or clean-shutdown markers,
         so that the next start recovers every log."""
         log.info("broker %d shutting down", self.broker_id)
+        if self.member is not None:
+            await self.member.leave(controlled=clean)  # leadership moves away while we still answer
         if self._listener is not None:
             await self._listener.stop()
         for task in self._housekeeping:
@@ -308,13 +331,20 @@ class Broker:
 
     def _log_config_for(self, name: str) -> LogConfig:
         topic = self.metadata.topics().get(name)
-        return self.topic_log_config(topic) if topic else LogConfig()
+        if topic is not None:
+            return self.topic_log_config(topic)
+        if self.member is not None:  # at start-up, before the controller's first word: configs from ZooKeeper
+            return self.log_config_from(self.member.store.cached_topic_config(name) or {})
+        return LogConfig()
+
+    def log_config_from(self, configs: Mapping[str, str]) -> LogConfig:
+        return LogConfig.from_topic_config(self.config.effective_topic_config(configs))
 
     def topic_log_config(self, topic: TopicInfo) -> LogConfig:
         """Cached: a topic of thousands of partitions resolves its configs once."""
         config = self._log_configs.get(topic.name)
         if config is None:
-            config = LogConfig.from_topic_config(self.config.effective_topic_config(topic.configs))
+            config = self.log_config_from(topic.configs)
             self._log_configs[topic.name] = config
         return config
 
@@ -325,6 +355,23 @@ class Broker:
                 cache.clear()
             else:
                 cache.pop(name, None)
+
+    def topic_configs_changed(self, name: str | None) -> None:
+        """A topic's configs (or, for None, the broker's) changed elsewhere (cluster mode): apply them."""
+        self._forget_topic_configs(name)
+        topics = self.metadata.topics()
+        for topic in [topics[name]] if name in topics else (topics.values() if name is None else ()):
+            self.log_manager.update_config(topic.name, self.topic_log_config(topic))
+
+    def forget_topic(self, name: str, partitions: Iterable[int]) -> None:
+        """The controller deleted a topic (cluster mode): drop what this broker caches about it."""
+        self._forget_topic_configs(name)
+        if self.group_coordinator is not None:
+            self.group_coordinator.on_partitions_deleted([(name, index) for index in partitions])
+
+    async def delete_partitions(self, keys: list[tuple[str, int]]) -> None:
+        """Delete the logs of partitions this broker no longer hosts (StopReplica with deletion)."""
+        await self.run_storage(self.log_manager.delete_logs(keys))
 
     def _min_insync_replicas(self, topic: str) -> int:
         return self.produce_policy(topic).min_insync_replicas
@@ -430,11 +477,13 @@ class Broker:
         assignments: Mapping[int, list[int]] | None = None,
         validate_only: bool = False,
         internal: bool = False,
+        wait_ms: int = 30000,
     ) -> TopicInfo:
         """Validate everything first, then persist and host; nothing is created when any check fails. Returns
         once the metadata is durable and the logs exist (they are created off the event loop)."""
         self.check_new_topic_name(name)
-        broker_ids = [b.broker_id for b in self.metadata.brokers()]
+        brokers = self.metadata.brokers()
+        broker_ids = [b.broker_id for b in brokers]
         if assignments:
             replica_lists = _validate_assignments(assignments, broker_ids, start=0)
         else:
@@ -452,7 +501,7 @@ class Broker:
                     ErrorCode.invalid_replication_factor,
                     f"replication factor must be larger than 0, got {replication_factor}",
                 )
-            replica_lists = assign_replicas(broker_ids, num_partitions, replication_factor)
+            replica_lists = self._assign(brokers, num_partitions, replication_factor)
         try:
             clean_configs = validate_topic_configs(configs or {})
         except ConfigError as exc:
@@ -471,7 +520,36 @@ class Broker:
         )
         if validate_only:
             return topic
+        if self.member is not None:
+            return await self._detached(self._create_in_cluster(topic, wait_ms))
         return await self._detached(self._persist_and_host(topic))
+
+    def _assign(
+        self, brokers: list[BrokerInfo], partitions: int, rf: int, start: int = 0
+    ) -> dict[int, list[int]]:
+        """Kafka's placement; in a cluster from a random first broker and across racks (broker.rack)."""
+        if self.member is None:
+            return assign_replicas([b.broker_id for b in brokers], partitions, rf, start_partition=start)
+        racks = {b.broker_id: b.rack for b in brokers}
+        return assign_replicas(
+            list(racks), partitions, rf, start_partition=start, start_index=-1, racks=racks
+        )
+
+    async def _create_in_cluster(self, topic: TopicInfo, wait_ms: int) -> TopicInfo:
+        """Write the topic to ZooKeeper; the controller elects leaders and tells the replicas. Answer once this
+        broker's metadata shows a leader for every partition (Kafka's DelayedCreatePartitions)."""
+        assert self.member is not None
+        await self.metadata.create_topic(topic)
+        log.info(
+            "created topic %s with %d partitions, configs %s",
+            topic.name,
+            len(topic.partitions),
+            topic.configs,
+        )
+        if wait_ms > 0 and not await self.member.wait_for_leaders(topic.name, topic.partitions, wait_ms):
+            raise KafkaError(ErrorCode.request_timed_out, f"topic {topic.name!r} was created but its partitions "
+                             f"have no leader yet after {wait_ms} ms")  # fmt: skip
+        return self.metadata.topics().get(topic.name, topic)
 
     async def _persist_and_host(self, topic: TopicInfo) -> TopicInfo:
         await self.metadata.create_topic(topic)  # visible at once, durable when this returns
@@ -488,21 +566,38 @@ class Broker:
         if not self.config["auto.create.topics.enable"] or name in INTERNAL_TOPICS:
             return None
         try:
-            return await self.create_topic(
-                name, -1, min(self.config["default.replication.factor"], len(self.metadata.brokers()))
+            topic = await self.create_topic(
+                name,
+                -1,
+                min(self.config["default.replication.factor"], len(self.metadata.brokers())),
+                wait_ms=0,
             )
+            # In a cluster the controller elects the leaders a moment later: LEADER_NOT_AVAILABLE meanwhile.
+            return self.metadata.topics().get(name) if self.member is not None else topic
         except KafkaError as exc:
             if exc.error_code == ErrorCode.topic_already_exists:
                 return self.metadata.topics().get(name)
             raise
 
-    async def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str, wait_ms: int = 30000) -> None:
         if not self.config["delete.topic.enable"]:
             raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
         topic = self.metadata.topics().get(name)
         if topic is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+        if self.member is not None:
+            await self._detached(self._delete_in_cluster(name, wait_ms))
+            return
         await self._detached(self._delete_topic(topic))
+
+    async def _delete_in_cluster(self, name: str, wait_ms: int) -> None:
+        """Mark the topic for deletion; the controller deletes it. Answer once this broker's metadata no longer
+        has it (Kafka's DelayedDeleteTopics)."""
+        assert self.member is not None
+        await self.metadata.delete_topic(name)
+        if wait_ms > 0 and not await self.member.wait_for_deletion(name, wait_ms):
+            raise KafkaError(ErrorCode.request_timed_out, f"topic {name!r} is marked for deletion; the deletion "
+                             f"was not complete after {wait_ms} ms")  # fmt: skip
 
     async def _delete_topic(self, topic: TopicInfo) -> None:
         """Forget the topic everywhere now; then its metadata is saved (remembering the deletion until its logs
@@ -520,7 +615,12 @@ class Broker:
         log.info("deleted topic %s", name)
 
     async def create_partitions(
-        self, name: str, count: int, assignments: list[list[int]] | None, validate_only: bool
+        self,
+        name: str,
+        count: int,
+        assignments: list[list[int]] | None,
+        validate_only: bool,
+        wait_ms: int = 30000,
     ) -> None:
         topic = self.metadata.topics().get(name)
         if topic is None:
@@ -533,7 +633,8 @@ class Broker:
             )
         if count == current:
             raise KafkaError(ErrorCode.invalid_partitions, f"topic already has {current} partitions")
-        broker_ids = [b.broker_id for b in self.metadata.brokers()]
+        brokers = self.metadata.brokers()
+        broker_ids = [b.broker_id for b in brokers]
         if assignments is not None:
             if len(assignments) != count - current:
                 raise KafkaError(
@@ -545,18 +646,24 @@ class Broker:
             )
         else:
             rf = len(topic.partitions[0].replicas)
-            new = assign_replicas(broker_ids, count - current, rf, start_partition=current)
+            new = self._assign(brokers, count - current, rf, start=current)
         if validate_only:
             return
         added = {
             p: PartitionAssignment(replicas=r, leader=r[0], leader_epoch=0, isr=list(r))
             for p, r in new.items()
         }
-        await self._detached(self._add_partitions(topic, added))
+        await self._detached(self._add_partitions(topic, added, wait_ms))
 
-    async def _add_partitions(self, topic: TopicInfo, added: dict[int, PartitionAssignment]) -> None:
+    async def _add_partitions(
+        self, topic: TopicInfo, added: dict[int, PartitionAssignment], wait_ms: int
+    ) -> None:
         await self.metadata.add_partitions(topic.name, added)
-        await self._host_new_partitions(topic, added)
+        if self.member is None:
+            await self._host_new_partitions(topic, added)
+        elif wait_ms > 0 and not await self.member.wait_for_leaders(topic.name, added, wait_ms):
+            raise KafkaError(ErrorCode.request_timed_out, f"partitions of {topic.name!r} were added but have no "
+                             f"leader yet after {wait_ms} ms")  # fmt: skip
 
     async def set_topic_configs(
         self, name: str, configs: Mapping[str, str], validate_only: bool = False

@@ -5,8 +5,8 @@ filesystem seam: written to a temp file, fsynced, renamed over the old one, and 
 power cut leaves the old or the new file, never a lost rename. Reads are in memory. A change is applied in memory
 when the method is called (so concurrent requests see it), and the write of the whole file starts then too; the
 returned awaitable completes once it is durable. Writes run through `run_blocking` (the broker passes its storage
-thread), in the order of the changes. A ZooKeeper-backed store with Kafka's znode layout
-will implement the same interface for clusters.
+thread), in the order of the changes. `zk_metadata_store.ZkMetadataStore` implements the same interface for
+clusters over ZooKeeper.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class PartitionAssignment:
     leader: int
     leader_epoch: int = 0
     isr: list[int] = field(default_factory=list)
+    offline_replicas: list[int] = field(default_factory=list)  # on brokers that are down (cluster mode)
 
 
 @dataclass

@@ -10,7 +10,8 @@ Watches are persistent registrations (`watch(path, kind, on_change)`), as Kafka'
 handlers: ZooKeeper's one-shot watch is re-armed before `on_change` runs, and after any reconnection or new
 session every registration is re-armed and called, because changes may have been missed while disconnected
 (kazoo drops its watchers on every connection loss). `on_change` takes no argument: its job is to enqueue an
-event whose processing reads the current state.
+event whose processing reads the current state. Arming is asynchronous: register the watch, then read the state
+(requests of one session are answered in order, so the read sees everything the watch will not report).
 
 Requests that fail with a connection loss are retried once the connection is back (Kafka's
 retryRequestsUntilConnected); a session expiry fails them with `SessionExpiredError`. Errors are kazoo's
@@ -62,6 +63,7 @@ class Stat:
     mzxid: int = 0
     ephemeral_owner: int = 0
     num_children: int = 0
+    ctime: int = 0  # creation time, ms
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,7 @@ def split_connect(connect: str) -> tuple[str, str | None]:
 
 
 def _stat(s: Any) -> Stat:
-    return Stat(s.version, s.czxid, s.mzxid, s.ephemeralOwner, s.numChildren)
+    return Stat(s.version, s.czxid, s.mzxid, s.ephemeralOwner, s.numChildren, s.ctime)
 
 
 class _KazooWatch:
@@ -331,6 +333,8 @@ class KazooZkClient:
             log.warning("ZooKeeper session 0x%x expired", self._session_id or 0)
             self._notify(SessionState.EXPIRED)
         elif state == KazooState.CONNECTED:
+            if self._session_id is None:
+                return  # the first connection, still inside start()
             new = session is not None and session != self._session_id
             if new:
                 if self._session_id is not None and self._last_state is not SessionState.EXPIRED:

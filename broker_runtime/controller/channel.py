@@ -79,7 +79,7 @@ class ControllerChannel:
             await self.transport.forget(entry.reg.broker_id)
 
     async def _send_loop(self, entry: _BrokerQueue) -> None:
-        while True:
+        while entry is self._brokers.get(entry.reg.broker_id):
             request = await entry.queue.get()
             failures = 0
             while True:

@@ -719,7 +719,16 @@ class Controller:
             self.batch.add_stop_replica([broker], tp, delete=False)
         self.flush()
         await self.rsm.handle([PartitionReplica(t, p, broker) for t, p in followed], ReplicaState.OFFLINE)
-        event.reply.set_result(self.ctx.partition_leaders_on_broker(broker))
+        # Still led here although another in-sync replica could lead: the broker tries again. Partitions
+        # nobody else can lead (one replica, or every other in-sync replica down or leaving too) are not
+        # reported, so a broker does not wait for what cannot happen (Kafka reports them and the broker
+        # retries controlled.shutdown.max.retries times).
+        live = self.ctx.live_broker_ids
+        event.reply.set_result({
+            tp
+            for tp in self.ctx.partition_leaders_on_broker(broker)
+            if tp in self.ctx.leadership and any(r in live and r != broker for r in self.ctx.leadership[tp].isr)
+        })  # fmt: skip
 
     async def _process_alter_partition(self, event: ev.AlterPartitionReceived) -> None:
         from broker_runtime.controller.alter_partition import process_alter_partition

@@ -47,9 +47,11 @@ def _partition(cls, broker, topic: str, index: int, a) -> object:
             isr_nodes=tuple(r for r in a.isr if r != broker.broker_id), offline_replicas=(broker.broker_id,),
             eligible_leader_replicas=(), last_known_elr=(),
         )  # fmt: skip
+    # In a cluster a partition whose leader is down (or not elected yet) has none: LEADER_NOT_AVAILABLE.
+    error = ErrorCode.none if a.leader >= 0 else ErrorCode.leader_not_available
     return make(
-        cls, error_code=ErrorCode.none, partition_index=index, leader_id=a.leader, leader_epoch=a.leader_epoch,
-        replica_nodes=tuple(a.replicas), isr_nodes=tuple(a.isr), offline_replicas=(),
+        cls, error_code=error, partition_index=index, leader_id=a.leader, leader_epoch=a.leader_epoch,
+        replica_nodes=tuple(a.replicas), isr_nodes=tuple(a.isr), offline_replicas=tuple(a.offline_replicas),
         eligible_leader_replicas=(), last_known_elr=(),
     )  # fmt: skip
 

@@ -13,6 +13,7 @@ from broker_runtime.handlers.configs import (
     handle_describe_configs,
     handle_incremental_alter_configs,
 )
+from broker_runtime.handlers.controller import CONTROLLER_API_VERSIONS, CONTROLLER_HANDLERS
 from broker_runtime.handlers.fetch import handle_fetch
 from broker_runtime.handlers.groups import GROUP_API_VERSIONS, GROUP_HANDLERS
 from broker_runtime.handlers.metadata import handle_describe_topic_partitions, handle_metadata
@@ -48,7 +49,8 @@ HANDLERS = {
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: handle_describe_topic_partitions,
     **GROUP_HANDLERS,
+    **CONTROLLER_HANDLERS,
 }
-VERSIONS = {**CORE_API_VERSIONS, **GROUP_API_VERSIONS}
+VERSIONS = {**CORE_API_VERSIONS, **GROUP_API_VERSIONS, **CONTROLLER_API_VERSIONS}
 
 assert set(HANDLERS) == set(VERSIONS), "every advertised API needs a handler"

@@ -15,6 +15,11 @@ _ZERO = datetime.timedelta(0)
 ZERO_UUID = uuid.UUID(int=0)
 
 
+def _ms(timeout: datetime.timedelta) -> int:
+    """How long a cluster broker waits for the controller to act on the request (0: not at all)."""
+    return max(0, int(timeout.total_seconds() * 1000))
+
+
 async def handle_create_topics(ctx: RequestContext, request) -> object:
     from broker_runtime.config import describe_topic_configs
 
@@ -37,7 +42,7 @@ async def handle_create_topics(ctx: RequestContext, request) -> object:
                 )
             info = await broker.create_topic(
                 t.name, t.num_partitions, t.replication_factor, {c.name: c.value for c in t.configs},
-                assignments=assignments, validate_only=request.validate_only,
+                assignments=assignments, validate_only=request.validate_only, wait_ms=_ms(request.timeout),
             )  # fmt: skip
             entries = describe_topic_configs(
                 broker.config, info.configs, include_synonyms=False, include_docs=False
@@ -77,7 +82,7 @@ async def handle_delete_topics(ctx: RequestContext, request) -> object:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"no topic has id {topic_id}")
             info = broker.metadata.topics().get(name)
             resolved_id = info.topic_id if info else ZERO_UUID
-            await broker.delete_topic(name)
+            await broker.delete_topic(name, wait_ms=_ms(request.timeout))
             results.append(make(
                 types.DeletableTopicResult, name=name, topic_id=resolved_id, error_code=ErrorCode.none,
                 error_message=None,
@@ -102,7 +107,9 @@ async def handle_create_partitions(ctx: RequestContext, request) -> object:
                     ErrorCode.invalid_request, f"topic {t.name!r} appears more than once in the request"
                 )
             assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
-            await broker.create_partitions(t.name, t.count, assignments, request.validate_only)
+            await broker.create_partitions(
+                t.name, t.count, assignments, request.validate_only, wait_ms=_ms(request.timeout)
+            )
             results.append(make(types.CreatePartitionsTopicResult, name=t.name, error_code=ErrorCode.none))
         except KafkaError as exc:
             results.append(make(

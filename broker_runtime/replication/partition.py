@@ -24,6 +24,10 @@ class Partition:
     isr: list[int]
     broker_id: int
     high_watermark: int = 0
+    # The version of the partition's state in ZooKeeper (Kafka's partition epoch): an AlterPartition from this
+    # leader names it, and the controller refuses one based on an older state. 0 in standalone mode.
+    partition_epoch: int = 0
+    leader_recovery_state: int = 0  # 1 after an unclean election, until the leader has fenced the others
     # The latest append still waiting for its batch to be validated off the event loop; later appends to this
     # partition wait for it, so that batches are appended in arrival order (handlers/produce.py).
     append_tail: asyncio.Task | None = None

@@ -65,6 +65,49 @@ class ReplicaManager:
             return KafkaError(ErrorCode.not_leader_or_follower, f"{topic}-{index} is not hosted here")
         return KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{index} does not exist")
 
+    # --- roles decided by the controller (cluster mode) ---------------------------------------------------
+
+    def apply_leadership(self, partition: Partition, *, leader: int, leader_epoch: int, isr: list[int],
+                         replicas: list[int], partition_epoch: int, leader_recovery_state: int = 0) -> None:  # fmt: skip
+        """Take the controller's decision for a partition (a LeaderAndIsr at a newer leader epoch; the caller
+        checked the epochs): it becomes leader here, or follower of `leader`."""
+        key = (partition.topic, partition.index)
+        hosted = self._partitions.get(key)
+        was_leader = hosted is not None and hosted.is_leader
+        partition.leader_id, partition.leader_epoch = leader, leader_epoch
+        partition.isr, partition.replicas = list(isr), list(replicas)
+        partition.partition_epoch, partition.leader_recovery_state = partition_epoch, leader_recovery_state
+        self._partitions[key] = partition
+        self._offline.discard(key)
+        if partition.is_leader:
+            # New data from here on carries the new epoch (the leader epoch cache, for followers' truncation).
+            partition.log.assign_epoch_start_offset(leader_epoch)
+            partition.maybe_advance_high_watermark()
+            partition.wake_waiters()
+            self._notify(partition.topic, partition.index, True, leader_epoch)
+        else:
+            partition.wake_waiters()  # produce waits and long polls see they lost leadership
+            if was_leader:
+                self._notify(partition.topic, partition.index, False, leader_epoch)
+            self.become_follower(partition, leader, leader_epoch)
+
+    def become_follower(self, partition: Partition, leader: int, leader_epoch: int) -> None:
+        """The partition follows `leader` from `leader_epoch` on. Followers replicate with Fetch requests carrying
+        their replica id (replication/, not built yet): this records the role and starts nothing."""
+        log.info("%s-%d: following broker %d at leader epoch %d", partition.topic, partition.index, leader,
+                 leader_epoch)  # fmt: skip
+
+    def fence_leaders(self) -> list[Partition]:
+        """This broker's ZooKeeper session expired: another broker may be elected leader of any partition at
+        any moment, so stop acting as leader of all of them until the controller says again (the partitions
+        keep their logs and epochs; produce answers NOT_LEADER_OR_FOLLOWER meanwhile)."""
+        fenced = [p for p in self._partitions.values() if p.is_leader]
+        for p in fenced:
+            p.leader_id = -1
+            p.wake_waiters()
+            self._notify(p.topic, p.index, False, p.leader_epoch)
+        return fenced
+
     def add_leadership_listener(self, fn: LeadershipListener) -> None:
         self._listeners.append(fn)
         for p in self._partitions.values():
@@ -137,6 +180,13 @@ class ReplicaManager:
         deadline = self._clock.monotonic_ms() + timeout_ms
         loop = asyncio.get_running_loop()
         while partition.high_watermark < offset:
+            if (
+                not partition.is_leader
+                or self._partitions.get((partition.topic, partition.index)) is not partition
+            ):
+                raise KafkaError(
+                    ErrorCode.not_leader_or_follower, "leadership moved while waiting for replicas"
+                )
             remaining_ms = deadline - self._clock.monotonic_ms()
             if remaining_ms <= 0:
                 raise KafkaError(ErrorCode.request_timed_out, "timed out waiting for in-sync replicas")

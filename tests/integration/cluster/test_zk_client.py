@@ -188,6 +188,9 @@ def test_watches_persist_and_see_the_last_change(ensemble: Ensemble) -> None:
 
         watcher.watch("/node", WatchKind.DATA, lambda: asyncio.ensure_future(read_data()))
         watcher.watch("/ids", WatchKind.CHILDREN, lambda: asyncio.ensure_future(read_children()))
+        # Arming is asynchronous; a read on the same session after it is answered after the watch is set
+        # (the contract consumers rely on: arm, then read the state).
+        await watcher.exists("/node")
         await writer.create("/node", b"v1")
         await until(lambda: seen_data[-1:] == [b"v1"], "the creation")
         await writer.set("/node", b"v2")

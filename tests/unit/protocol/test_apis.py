@@ -6,6 +6,7 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 
 from broker_runtime.handlers.table import HANDLERS, VERSIONS
+from broker_runtime.protocol import inter_broker
 from broker_runtime.protocol.apis import REFUSED_VERSIONS, ApiKey
 
 # What a Kafka 3.9 broker in ZooKeeper mode advertises for the client APIs Odradek serves: the maxima of
@@ -53,8 +54,24 @@ KAFKA_4_0_MINIMA = {
 }
 
 
+# The controller's APIs. Kafka 3.9 advertises LeaderAndIsr 0-7, StopReplica 0-4, UpdateMetadata 0-8,
+# ControlledShutdown 0-3 and AlterPartition 0-3; only Odradek brokers send them, so each is served at the one
+# version Odradek speaks (AlterPartition: the topic-id versions kio has). The admin ones are Kafka 3.9's.
+CONTROLLER_APIS = {
+    4: (7, 7),  # LeaderAndIsr
+    5: (4, 4),  # StopReplica
+    6: (8, 8),  # UpdateMetadata
+    7: (3, 3),  # ControlledShutdown
+    43: (0, 2),  # ElectLeaders
+    45: (0, 0),  # AlterPartitionReassignments
+    46: (0, 0),  # ListPartitionReassignments
+    56: (2, 3),  # AlterPartition
+}
+
+
 def test_the_table_is_kafka_3_9s_plus_describe_topic_partitions() -> None:
     expected = {key: (KAFKA_4_0_MINIMA.get(key, 0), high) for key, high in KAFKA_3_9_ZK_MAXIMA.items()}
+    expected.update(CONTROLLER_APIS)
     # Served by KRaft brokers only in Kafka 3.9, advertised here for the admin clients that page with it.
     expected[ApiKey.DESCRIBE_TOPIC_PARTITIONS] = (0, 0)
     assert expected == VERSIONS
@@ -66,6 +83,10 @@ def test_kio_has_every_advertised_schema(api_key: int) -> None:
     low, high = VERSIONS[api_key]
     refused = REFUSED_VERSIONS.get(api_key, range(0))  # answered by closing the connection, never decoded
     for version in (v for v in range(low, high + 1) if v not in refused):
+        if (api_key, version) in inter_broker.SCHEMAS:  # kio lacks them: written with its primitives
+            request, response = inter_broker.SCHEMAS[(api_key, version)]
+            assert request.__version__ == response.__version__ == version
+            continue
         assert load_request_schema(api_key, version).__version__ == version
         assert load_response_schema(api_key, version).__version__ == version
 
