@@ -160,9 +160,9 @@ def test_settings_without_effect_carry_their_reason() -> None:
         BrokerConfig.load(None, ["log.local.retention.bytes=100"])
 
 
-def test_zookeeper_connect_is_refused_until_clusters_are_built(capsys, tmp_path) -> None:
+def test_a_cluster_broker_needs_a_broker_id(capsys, tmp_path) -> None:
     from broker_runtime.__main__ import main
 
     code = main(["--override", f"log.dirs={tmp_path}", "--override", "zookeeper.connect=127.0.0.1:2181"])
     assert code == 2
-    assert "zookeeper.connect: ZooKeeper clusters are not built yet" in capsys.readouterr().err
+    assert "broker.id: set it when zookeeper.connect is set" in capsys.readouterr().err
