@@ -14,6 +14,7 @@ raises `OSError`.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import io
 import socket
 import struct
@@ -33,7 +34,7 @@ from broker_runtime.protocol.client import decode_response, encode_request, resp
 # The version of each API this client speaks: the newest that Kafka 3.0 and later and Odradek all serve.
 VERSIONS = {
     ApiKey.API_VERSIONS: 3,
-    ApiKey.METADATA: 9,
+    ApiKey.METADATA: 11,
     ApiKey.FIND_COORDINATOR: 4,
     ApiKey.LIST_GROUPS: 4,
     ApiKey.DESCRIBE_GROUPS: 5,
@@ -42,7 +43,18 @@ VERSIONS = {
     ApiKey.LIST_OFFSETS: 7,
     ApiKey.DELETE_GROUPS: 2,
     ApiKey.OFFSET_DELETE: 0,
+    ApiKey.CREATE_TOPICS: 7,
+    ApiKey.DELETE_TOPICS: 6,
+    ApiKey.CREATE_PARTITIONS: 3,
+    ApiKey.DESCRIBE_CONFIGS: 4,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
+    ApiKey.ELECT_LEADERS: 2,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: 0,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: 0,
 }
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
+CONTROLLER_RETRIES = 5
 GROUP_KEY_TYPE = 0
 EARLIEST, LATEST = -2, -1
 _SIZE = struct.Struct(">i")
@@ -207,7 +219,9 @@ class AdminClient:
         """Brokers and topics (every topic with None); never creates a topic."""
         return self.request(
             ApiKey.METADATA,
-            topics=None if topics is None else (lambda m: tuple(m.MetadataRequestTopic(name=t) for t in topics)),
+            topics=None if topics is None else (
+                lambda m: tuple(m.MetadataRequestTopic(name=t, topic_id=None) for t in topics)
+            ),
             allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
             include_topic_authorized_operations=False,
         )  # fmt: skip
@@ -359,6 +373,160 @@ class AdminClient:
         )  # fmt: skip
         results = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
         return response.error_code, results
+
+    # --- topics, configs and the controller's APIs (sent to the controller, as Kafka's admin client does) -----
+
+    def controller(self) -> Node:
+        response = self.metadata(())
+        nodes = {b.node_id: Node(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
+        if response.controller_id not in nodes:
+            raise AdminError(ErrorCode.not_controller, "the cluster has no controller right now")
+        return nodes[response.controller_id]
+
+    def _to_controller(self, api_key: int, error_of: Any, **values: Any) -> Any:
+        """Send to the controller; when it moved meanwhile (NOT_CONTROLLER), ask again."""
+        for _ in range(CONTROLLER_RETRIES):
+            response = self.request(api_key, self.controller(), **values)
+            if error_of(response) != ErrorCode.not_controller:
+                return response
+        raise AdminError(ErrorCode.not_controller, "the controller kept moving")
+
+    def create_topic(
+        self, name: str, partitions: int = -1, replication_factor: int = -1, configs: Mapping[str, str] = (),
+        assignments: Mapping[int, list[int]] | None = None,
+    ) -> None:  # fmt: skip
+        configs = dict(configs)
+        response = self._to_controller(
+            ApiKey.CREATE_TOPICS, lambda r: r.topics[0].error_code, validate_only=False,
+            timeout=_timedelta(self.timeout_s),
+            topics=lambda m: (m.CreatableTopic(
+                name=name, num_partitions=partitions, replication_factor=replication_factor,
+                assignments=tuple(m.CreatableReplicaAssignment(partition_index=p, broker_ids=tuple(r))
+                                  for p, r in sorted((assignments or {}).items())),
+                configs=tuple(m.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()),
+            ),),
+        )  # fmt: skip
+        (result,) = response.topics
+        _check(result.error_code, result.error_message)
+
+    def delete_topics(self, names: Iterable[str]) -> dict[str, tuple[ErrorCode, str | None]]:
+        response = self._to_controller(
+            ApiKey.DELETE_TOPICS, lambda r: r.responses[0].error_code if r.responses else ErrorCode.none,
+            timeout=_timedelta(self.timeout_s),
+            topics=lambda m: tuple(m.DeleteTopicState(name=n, topic_id=None) for n in names),
+        )  # fmt: skip
+        return {r.name: (r.error_code, r.error_message) for r in response.responses}
+
+    def create_partitions(self, name: str, count: int, assignments: list[list[int]] | None = None) -> None:
+        response = self._to_controller(
+            ApiKey.CREATE_PARTITIONS, lambda r: r.results[0].error_code, validate_only=False,
+            timeout=_timedelta(self.timeout_s),
+            topics=lambda m: (m.CreatePartitionsTopic(
+                name=name, count=count,
+                assignments=None if assignments is None else tuple(
+                    m.CreatePartitionsAssignment(broker_ids=tuple(r)) for r in assignments),
+            ),),
+        )  # fmt: skip
+        (result,) = response.results
+        _check(result.error_code, result.error_message)
+
+    def describe_configs(
+        self, resource_type: int, names: Iterable[str], node: Node | None = None
+    ) -> dict[str, Any]:
+        """Every config of each resource: {name: [entries with name, value, config_source, read_only, ...]}."""
+        response = self.request(
+            ApiKey.DESCRIBE_CONFIGS, node, include_synonyms=False, include_documentation=False,
+            resources=lambda m: tuple(m.DescribeConfigsResource(resource_type=resource_type, resource_name=n,
+                                                                configuration_keys=None) for n in names),
+        )  # fmt: skip
+        out = {}
+        for r in response.results:
+            _check(r.error_code, r.error_message)
+            out[r.resource_name] = list(r.configs)
+        return out
+
+    def alter_configs(
+        self, resource_type: int, name: str, set_configs: Mapping[str, str] = (), delete: Iterable[str] = (),
+        node: Node | None = None,
+    ) -> None:  # fmt: skip
+        """IncrementalAlterConfigs (a broker's own configs go to that broker: pass its node)."""
+        set_configs = dict(set_configs)
+        response = self.request(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS, node, validate_only=False,
+            resources=lambda m: (m.AlterConfigsResource(
+                resource_type=resource_type, resource_name=name,
+                configs=tuple(m.AlterableConfig(name=k, config_operation=SET, value=v) for k, v in set_configs.items())
+                + tuple(m.AlterableConfig(name=k, config_operation=DELETE, value=None) for k in delete),
+            ),),
+        )  # fmt: skip
+        for r in response.responses:
+            _check(r.error_code, r.error_message)
+
+    def elect_leaders(
+        self, election_type: int, partitions: Iterable[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+        topics = None if partitions is None else _by_topic(partitions)
+        response = self._to_controller(
+            ApiKey.ELECT_LEADERS, lambda r: r.error_code, election_type=election_type,
+            timeout=_timedelta(self.timeout_s),
+            topic_partitions=None if topics is None else (
+                lambda m: tuple(m.TopicPartitions(topic=t, partitions=tuple(ps)) for t, ps in topics.items())
+            ),
+        )  # fmt: skip
+        _check(response.error_code)
+        return {
+            (r.topic, p.partition_id): (p.error_code, p.error_message)
+            for r in response.replica_election_results
+            for p in r.partition_result
+        }
+
+    def alter_partition_reassignments(
+        self, reassignments: Mapping[tuple[str, int], list[int] | None]
+    ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+        topics: dict[str, list[tuple[int, list[int] | None]]] = {}
+        for (t, p), replicas in reassignments.items():
+            topics.setdefault(t, []).append((p, replicas))
+        response = self._to_controller(
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS, lambda r: r.error_code, timeout=_timedelta(self.timeout_s),
+            topics=lambda m: tuple(
+                m.ReassignableTopic(name=t, partitions=tuple(
+                    m.ReassignablePartition(partition_index=p, replicas=None if r is None else tuple(r))
+                    for p, r in ps))
+                for t, ps in topics.items()
+            ),
+        )  # fmt: skip
+        _check(response.error_code, response.error_message)
+        return {
+            (t.name, p.partition_index): (p.error_code, p.error_message)
+            for t in response.responses
+            for p in t.partitions
+        }
+
+    def list_partition_reassignments(
+        self, partitions: Iterable[tuple[str, int]] | None = None
+    ) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
+        """(replicas, adding, removing) of every partition being reassigned (of those given)."""
+        topics = None if partitions is None else _by_topic(partitions)
+        response = self._to_controller(
+            ApiKey.LIST_PARTITION_REASSIGNMENTS, lambda r: r.error_code, timeout=_timedelta(self.timeout_s),
+            topics=None if topics is None else (lambda m: tuple(
+                m.ListPartitionReassignmentsTopics(name=t, partition_indexes=tuple(ps)) for t, ps in topics.items()
+            )),
+        )  # fmt: skip
+        _check(response.error_code, response.error_message)
+        return {
+            (t.name, p.partition_index): (
+                list(p.replicas),
+                list(p.adding_replicas),
+                list(p.removing_replicas),
+            )
+            for t in response.topics
+            for p in t.partitions
+        }
+
+
+def _timedelta(seconds: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=seconds)
 
 
 def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
