@@ -21,8 +21,10 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
+from kio.index import UnknownAPIKey, UnknownEntity
 from request_bytes import request_body
+
+from broker_runtime.protocol.framing import request_class
 
 MAX_REQUEST_BYTES = 1 << 20  # socket.request.max.bytes on the fuzzed broker (Tansu: its own default)
 FUZZ = settings(
@@ -227,7 +229,7 @@ def test_schema_shaped_requests_with_lying_lengths_and_nulls(fuzz_broker, health
 
 def _request_schema(api_key: int, version: int):
     try:
-        return load_request_schema(api_key, version)
+        return request_class(api_key, version)  # kio's schemas and the controller's requests
     except (UnknownAPIKey, UnknownEntity):
         return None
 
