@@ -565,6 +565,7 @@ class Broker:
     async def maybe_auto_create(self, name: str) -> TopicInfo | None:
         if not self.config["auto.create.topics.enable"] or name in INTERNAL_TOPICS:
             return None
+        topic = None
         try:
             topic = await self.create_topic(
                 name,
@@ -572,12 +573,14 @@ class Broker:
                 min(self.config["default.replication.factor"], len(self.metadata.brokers())),
                 wait_ms=0,
             )
-            # In a cluster the controller elects the leaders a moment later: LEADER_NOT_AVAILABLE meanwhile.
-            return self.metadata.topics().get(name) if self.member is not None else topic
         except KafkaError as exc:
-            if exc.error_code == ErrorCode.topic_already_exists:
-                return self.metadata.topics().get(name)
-            raise
+            if exc.error_code != ErrorCode.topic_already_exists:
+                raise
+        found = self.metadata.topics().get(name)
+        if found is None and self.member is not None:
+            # The controller elects the leaders a moment later; Kafka answers this meanwhile.
+            raise KafkaError(ErrorCode.leader_not_available, f"topic {name!r} is being created")
+        return found or topic
 
     async def delete_topic(self, name: str, wait_ms: int = 30000) -> None:
         if not self.config["delete.topic.enable"]:

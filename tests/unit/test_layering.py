@@ -40,6 +40,11 @@ def _violations(package: str, forbidden: tuple[str, ...]) -> list[str]:
         ("broker_runtime", ("console", "jobs", "django", "celery", "pyspark")),
         ("broker_runtime/protocol", ("asyncio", "broker_runtime.log", "broker_runtime.server", "broker_runtime.handlers")),
         ("broker_runtime/log", ("asyncio", "broker_runtime.server", "broker_runtime.handlers", "broker_runtime.replication")),
+        # The controller decides from ZooKeeper and talks to brokers through requests only: it knows no broker's
+        # storage, partitions, listener or handlers.
+        ("broker_runtime/controller", ("broker_runtime.broker", "broker_runtime.log", "broker_runtime.replication",
+                                       "broker_runtime.group", "broker_runtime.server", "broker_runtime.handlers")),
+        ("broker_runtime/cluster", ("broker_runtime.server", "broker_runtime.handlers")),
         # the console reaches clusters only through Kafka clients and kazoo, never the broker's code
         ("console", ("broker_runtime",)),
         # the jobs reach a cluster over the Kafka protocol only, and never need the console

@@ -255,3 +255,13 @@ def test_producer_ids_come_from_zookeeper_blocks(cluster, topic_name: str) -> No
     block = cluster.znode("/latest_producer_id_block")
     assert block["version"] == 1 and block["broker"] in (0, 1, 2)
     assert int(block["block_end"]) - int(block["block_start"]) + 1 == 1000
+
+
+def test_a_producer_auto_creates_a_topic_through_any_broker(cluster, clients, topic_name: str) -> None:
+    # kafka-python and librdkafka retry LEADER_NOT_AVAILABLE while the controller elects the new topic's leaders
+    records = clients.numbered_records(3)
+    offsets = clients.produce("kafka-python", cluster.brokers[2].bootstrap, topic_name, records)
+    assert offsets == [0, 1, 2]
+    assert cluster.znode(f"/brokers/topics/{topic_name}") is not None
+    got = clients.consume("confluent", cluster.brokers[0].bootstrap, topic_name, 3)
+    assert clients.contents(got) == clients.contents(records)
