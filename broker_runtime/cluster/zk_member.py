@@ -292,6 +292,7 @@ class ZkClusterMember:
                 except KafkaError as exc:
                     for spec in specs:
                         errors[spec.key] = exc.error_code
+        checkpointed = broker.log_manager.initial_high_watermarks() if missing else {}
         for t, ps in todo:
             key = (t.topic_name, ps.partition_index)
             if errors[key] != ErrorCode.none:
@@ -306,7 +307,7 @@ class ZkClusterMember:
                 partition = Partition(
                     topic=key[0], index=key[1], topic_id=t.topic_id, log=plog, leader_id=-1, leader_epoch=-1,
                     replicas=list(ps.replicas), isr=list(ps.isr), broker_id=self.broker_id,
-                    high_watermark=min(broker.log_manager.initial_high_watermarks().get(key, 0), plog.log_end_offset),
+                    high_watermark=min(checkpointed.get(key, 0), plog.log_end_offset),
                 )  # fmt: skip
             try:
                 rm.apply_leadership(

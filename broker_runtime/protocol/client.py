@@ -9,10 +9,9 @@ from functools import cache
 from typing import Any
 
 from kio.index import load_response_schema
-from kio.serial import entity_reader, entity_writer
 
 from broker_runtime.protocol import inter_broker
-from broker_runtime.protocol.framing import FrameError
+from broker_runtime.protocol.framing import FrameError, _reader, _writer
 from broker_runtime.protocol.varint import VarintError, read_uvarint
 
 _HEADER = struct.Struct(">ihhi")  # size placeholder, api key, api version, correlation id
@@ -27,16 +26,6 @@ def response_class(api_key: int, api_version: int) -> Any:
     if schema is not None:
         return schema[1]
     return load_response_schema(api_key, api_version)
-
-
-@cache
-def _writer(cls: Any) -> Any:
-    return entity_writer(cls)
-
-
-@cache
-def _reader(cls: Any) -> Any:
-    return entity_reader(cls)
 
 
 def encode_request(request: Any, correlation_id: int, client_id: str | None) -> bytes:

@@ -529,6 +529,20 @@ def _timedelta(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)
 
 
+def load_properties(path: str | None) -> dict[str, str]:
+    """A --command-config file: Java .properties (key=value or key: value; # and ! comments)."""
+    out: dict[str, str] = {}
+    if not path:
+        return out
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith(("#", "!")) and ("=" in line or ":" in line):
+                key, _, value = line.partition("=") if "=" in line else line.partition(":")
+                out[key.strip()] = value.strip()
+    return out
+
+
 def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
     topics: dict[str, list[int]] = {}
     for t, p in partitions:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from broker_runtime.tools.admin_client import EARLIEST, LATEST, AdminClient, AdminError
+from broker_runtime.tools.admin_client import EARLIEST, LATEST, AdminClient, AdminError, load_properties
 
 MISSING = "-"
 ACTIVE_STATES = {"PreparingRebalance", "CompletingRebalance", "Stable", "Assigning", "Reconciling"}
@@ -608,19 +608,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _load_properties(path: str | None) -> dict[str, str]:
-    if not path:
-        return {}
-    out = {}
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line and not line.startswith(("#", "!")) and ("=" in line or ":" in line):
-                key, _, value = line.partition("=") if "=" in line else line.partition(":")
-                out[key.strip()] = value.strip()
-    return out
-
-
 def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
@@ -641,7 +628,7 @@ def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
         return 1
     cluster = None
     try:
-        cluster = Cluster(args.bootstrap_server, args.timeout, _load_properties(args.command_config))
+        cluster = Cluster(args.bootstrap_server, args.timeout, load_properties(args.command_config))
         command = Command(args, cluster, out, err)
         getattr(command, chosen[0])()
         return 1 if command.failed else 0

@@ -18,8 +18,7 @@ from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
-from broker_runtime.tools.admin_client import AdminClient, AdminError
-from broker_runtime.tools.topics import load_properties
+from broker_runtime.tools.admin_client import AdminClient, AdminError, load_properties
 
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 

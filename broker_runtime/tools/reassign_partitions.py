@@ -25,8 +25,13 @@ from kio.schema.errors import ErrorCode
 
 from broker_runtime.cluster.topics import assign_replicas
 from broker_runtime.errors import KafkaError
-from broker_runtime.tools.admin_client import BROKER_RESOURCE, TOPIC_RESOURCE, AdminClient, AdminError
-from broker_runtime.tools.topics import load_properties
+from broker_runtime.tools.admin_client import (
+    BROKER_RESOURCE,
+    TOPIC_RESOURCE,
+    AdminClient,
+    AdminError,
+    load_properties,
+)
 
 TopicPartition = tuple[str, int]
 BROKER_THROTTLES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")

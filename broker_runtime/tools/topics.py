@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from broker_runtime.tools.admin_client import TOPIC_RESOURCE, AdminClient, AdminError
+from broker_runtime.tools.admin_client import TOPIC_RESOURCE, AdminClient, AdminError, load_properties
 
 DEFAULT_SOURCE = 5  # DescribeConfigs: DEFAULT_CONFIG
 INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
@@ -253,18 +253,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--at-min-isr-partitions", action="store_true")
     p.add_argument("--topics-with-overrides", action="store_true")
     return p
-
-
-def load_properties(path: str | None) -> dict[str, str]:
-    out = {}
-    if path:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line and not line.startswith(("#", "!")) and "=" in line:
-                    key, _, value = line.partition("=")
-                    out[key.strip()] = value.strip()
-    return out
 
 
 def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
