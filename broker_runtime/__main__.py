@@ -36,12 +36,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     if config.zookeeper_connect is not None and config.broker_id < 0:
-        print(
-            "odradek: configuration error: broker.id: set it when zookeeper.connect is set "
-            "(generated broker ids are not built)",
-            file=sys.stderr,
-        )
-        return 2
+        if not config["broker.id.generation.enable"]:
+            print(
+                "odradek: configuration error: broker.id: set it, or broker.id.generation.enable=true, when "
+                "zookeeper.connect is set",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            config.use_generated_broker_id(_generated_id(config))
+        except Exception as exc:  # ZooKeeper unreachable: the same message as a failed start
+            print(f"odradek: cannot start: no broker.id from ZooKeeper at {config.zookeeper_connect}: {exc!r}",
+                  file=sys.stderr)  # fmt: skip
+            return 1
     if config["odradek.event.loop"] == "uvloop":
         import uvloop
 
@@ -50,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_run(config))
     except KeyboardInterrupt:
         return 0
+
+
+def _generated_id(config) -> int:
+    from broker_runtime.cluster.zk_member import resolve_broker_id
+
+    return asyncio.run(resolve_broker_id(config))
 
 
 async def _run(config) -> int:

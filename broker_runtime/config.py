@@ -1320,6 +1320,11 @@ class BrokerConfig:
     def standalone(self) -> bool:
         return self.zookeeper_connect is None
 
+    def use_generated_broker_id(self, broker_id: int) -> None:
+        """A cluster broker started without broker.id takes one from meta.properties or ZooKeeper (above
+        reserved.broker.max.id, which a configured id may not exceed)."""
+        self._static["broker.id"] = broker_id
+
     @property
     def broker_id(self) -> int:
         bid = self.raw("broker.id")

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -53,6 +54,32 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000  # Kafka's: notifications older than this are purged
+
+
+async def resolve_broker_id(config) -> int:
+    """`broker.id` unset in a cluster: the id in the log dirs' meta.properties (a broker keeps its id across
+    restarts), else a new one from ZooKeeper's /brokers/seqid above `reserved.broker.max.id` (Kafka's)."""
+    for log_dir in config.log_dirs:
+        path = Path(log_dir) / "meta.properties"
+        if path.exists():
+            for line in path.read_text().splitlines():
+                key, _, value = line.partition("=")
+                if key.strip() == "broker.id" and value.strip().lstrip("-").isdigit() and int(value) >= 0:
+                    return int(value)
+    zk = KazooZkClient(
+        config.zookeeper_connect,
+        session_timeout_ms=config["zookeeper.session.timeout.ms"],
+        connection_timeout_ms=config["zookeeper.connection.timeout.ms"],
+    )
+    await zk.start()
+    try:
+        await ensure_path(zk, z.BROKER_SEQID)
+        stat = await zk.set(z.BROKER_SEQID, b"")
+        broker_id = stat.version + config["reserved.broker.max.id"]
+    finally:
+        await zk.close()
+    log.info("generated broker.id %d (broker.id.generation.enable)", broker_id)
+    return broker_id
 
 
 class ZkClusterMember:

@@ -160,9 +160,10 @@ def test_settings_without_effect_carry_their_reason() -> None:
         BrokerConfig.load(None, ["log.local.retention.bytes=100"])
 
 
-def test_a_cluster_broker_needs_a_broker_id(capsys, tmp_path) -> None:
+def test_a_cluster_broker_without_an_id_and_without_generation_is_refused(capsys, tmp_path) -> None:
     from broker_runtime.__main__ import main
 
-    code = main(["--override", f"log.dirs={tmp_path}", "--override", "zookeeper.connect=127.0.0.1:2181"])
+    code = main(["--override", f"log.dirs={tmp_path}", "--override", "zookeeper.connect=127.0.0.1:2181",
+                 "--override", "broker.id.generation.enable=false"])  # fmt: skip
     assert code == 2
-    assert "broker.id: set it when zookeeper.connect is set" in capsys.readouterr().err
+    assert "broker.id: set it, or broker.id.generation.enable=true" in capsys.readouterr().err

@@ -186,3 +186,25 @@ def test_a_reassignment_is_visible_while_it_runs_and_can_be_cancelled(
         assert not admin.list_partition_reassignments()
     finally:
         admin.close()
+
+
+def test_a_broker_without_an_id_gets_one_from_zookeeper_and_keeps_it(
+    cluster_factory, helpers, request
+) -> None:
+    c = cluster_factory(size=1)
+    overrides = {
+        "broker.id": "-1", "zookeeper.connect": c.connect, "zookeeper.session.timeout.ms": "6000",
+        "reserved.broker.max.id": "1000",
+    }  # fmt: skip
+    broker = helpers.new_broker(c.brokers[0].log_dir.parent.parent, "generated-id", overrides)
+    helpers.remember_broker(request, broker)
+    try:
+        broker.start()
+        c.wait_for(lambda: c.registered() == {0, 1001}, "a generated broker id above reserved.broker.max.id")
+        assert "broker.id=1001" in (broker.log_dir / "meta.properties").read_text()
+        broker.stop()
+        c.wait_for(lambda: c.registered() == {0}, "the broker gone")
+        broker.start()  # the id comes back from meta.properties, not from a new sequence number
+        c.wait_for(lambda: c.registered() == {0, 1001}, "the same id again")
+    finally:
+        broker.stop()
