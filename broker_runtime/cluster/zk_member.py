@@ -117,6 +117,9 @@ class ZkClusterMember:
         self.broker_epoch = -1
         self._last_config_change = -1
         self._config_lock = asyncio.Lock()
+        # One request of the controller at a time, start to end (Kafka's replicaStateChangeLock): requests on a
+        # connection run concurrently, and one that waits (for a log, a config) must not be overtaken.
+        self._state_change = asyncio.Lock()
         self._config_watch = None
         self._tasks: set[asyncio.Task] = set()
 
@@ -252,6 +255,10 @@ class ZkClusterMember:
         return error
 
     async def update_metadata(self, request: ib.UpdateMetadataRequest) -> ib.UpdateMetadataResponse:
+        async with self._state_change:
+            return await self._update_metadata(request)
+
+    async def _update_metadata(self, request: ib.UpdateMetadataRequest) -> ib.UpdateMetadataResponse:
         error = self._check(request)
         if error == ErrorCode.none:
             for topic, partitions in (await self.store.apply_update_metadata(request)).items():
@@ -259,6 +266,10 @@ class ZkClusterMember:
         return ib.UpdateMetadataResponse(error_code=error)
 
     async def leader_and_isr(self, request: ib.LeaderAndIsrRequest) -> ib.LeaderAndIsrResponse:
+        async with self._state_change:
+            return await self._leader_and_isr(request)
+
+    async def _leader_and_isr(self, request: ib.LeaderAndIsrRequest) -> ib.LeaderAndIsrResponse:
         error = self._check(request)
         if error != ErrorCode.none:
             return ib.LeaderAndIsrResponse(error_code=error, topics=())
@@ -346,6 +357,10 @@ class ZkClusterMember:
                 errors[key] = exc.error_code
 
     async def stop_replica(self, request: ib.StopReplicaRequest) -> ib.StopReplicaResponse:
+        async with self._state_change:
+            return await self._stop_replica(request)
+
+    async def _stop_replica(self, request: ib.StopReplicaRequest) -> ib.StopReplicaResponse:
         error = self._check(request)
         if error != ErrorCode.none:
             return ib.StopReplicaResponse(error_code=error, partition_errors=())
