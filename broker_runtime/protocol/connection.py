@@ -83,6 +83,18 @@ class ServerConnection:
         """The next complete frame, or None (more bytes needed, or `waiting_for_memory`). Raises FrameError
         for a size outside 0..max_request_size."""
         if self._size is None:
+            chunks = self._chunks
+            if chunks and len(chunks[0]) >= 4:  # the usual case: size and frame inside the first chunk
+                first = chunks[0]
+                (size,) = _SIZE.unpack_from(first)
+                end = 4 + size
+                if 0 <= size <= self._max_size and len(first) >= end and self._reserve is None:
+                    if len(first) == end:
+                        chunks.popleft()
+                    else:
+                        chunks[0] = first[end:]
+                    self._buffered -= end
+                    return Frame(first[4:end], 0)
             if self._buffered < 4:
                 return None
             (size,) = _SIZE.unpack(self._take(4))
