@@ -172,8 +172,8 @@ def test_a_fetch_long_poll_is_woken_by_an_append_without_time_passing(broker_con
 # an acks=-1 replication wait
 
 
-def _lagging_partition(tmp_path, clock: ManualClock) -> tuple[ReplicaManager, Partition]:
-    """A leader partition on broker 0 whose in-sync follower 1 never fetches: the high watermark stays put."""
+async def _parked_acks_all_append(tmp_path, clock: ManualClock) -> tuple[Partition, asyncio.Future]:
+    """An acks=-1 append, parked, to a leader partition on broker 0 whose in-sync follower 1 never fetches."""
     replica_manager = ReplicaManager(0, clock, lambda topic: 1)
     plog = PartitionLog.open(RealFileSystem(), tmp_path / "orders-0", "orders", 0, LogConfig(), clock)
     partition = Partition(
@@ -181,19 +181,19 @@ def _lagging_partition(tmp_path, clock: ManualClock) -> tuple[ReplicaManager, Pa
         replicas=[0, 1], isr=[0, 1], broker_id=0,
     )  # fmt: skip
     replica_manager.add_partition(partition)
-    return replica_manager, partition
+    batch = build_batch([(None, b"v")], timestamp_ms=clock.time_ms())
+    append = asyncio.ensure_future(
+        replica_manager.append("orders", 0, batch, read_header(batch), acks=-1, timeout_ms=30_000)
+    )
+    await parked(clock)
+    assert partition.log.log_end_offset == 1 and partition.high_watermark == 0
+    return partition, append
 
 
 def test_an_acks_all_append_times_out_exactly_at_its_timeout(tmp_path) -> None:
     async def scenario():
         clock = ManualClock()
-        replica_manager, partition = _lagging_partition(tmp_path, clock)
-        batch = build_batch([(None, b"v")], timestamp_ms=clock.time_ms())
-        append = asyncio.ensure_future(
-            replica_manager.append("orders", 0, batch, read_header(batch), acks=-1, timeout_ms=30_000)
-        )
-        await parked(clock)
-        assert partition.log.log_end_offset == 1 and partition.high_watermark == 0
+        partition, append = await _parked_acks_all_append(tmp_path, clock)
         clock.advance(29_999)
         await settle()
         assert not append.done()
@@ -209,16 +209,10 @@ def test_an_acks_all_append_times_out_exactly_at_its_timeout(tmp_path) -> None:
 def test_an_acks_all_append_completes_when_the_high_watermark_covers_it(tmp_path) -> None:
     async def scenario():
         clock = ManualClock()
-        replica_manager, partition = _lagging_partition(tmp_path, clock)
-        batch = build_batch([(None, b"v")], timestamp_ms=clock.time_ms())
-        append = asyncio.ensure_future(
-            replica_manager.append("orders", 0, batch, read_header(batch), acks=-1, timeout_ms=30_000)
-        )
-        await parked(clock)
+        partition, append = await _parked_acks_all_append(tmp_path, clock)
         partition.high_watermark = 1  # the follower caught up
         partition.wake_waiters()
-        result = await append
-        assert result.base_offset == 0
+        assert (await append).base_offset == 0
         assert clock.pending_timers() == 0
         partition.log.close()
 
