@@ -83,7 +83,8 @@ def _offset_of(name: str) -> int | None:
 
 
 def _storage_operation(method):
-    """Run `method` only on a log that has not failed; an OSError fails the log and becomes KAFKA_STORAGE_ERROR."""
+    """Run `method` only on a log that has not failed; an OSError fails the log and becomes KAFKA_STORAGE_ERROR,
+    corrupt bytes met on the way become CORRUPT_MESSAGE."""
     operation = method.__name__.strip("_").replace("_", " ")
 
     @functools.wraps(method)
@@ -97,6 +98,8 @@ def _storage_operation(method):
             raise KafkaError(
                 ErrorCode.kafka_storage_error, f"{operation} on {self.name} failed: {error}"
             ) from error
+        except CorruptSegmentError as error:
+            raise self._corrupt(error, operation) from None
 
     return guarded
 
@@ -417,17 +420,17 @@ class PartitionLog:
                 i, position = i + 1, 0
         except CorruptSegmentError as error:
             if not chunks:  # what came before the corrupt batch is served; the next read gets the error
-                raise self._corrupt(error, start_offset) from None
+                raise self._corrupt(error, f"reading offset {start_offset}") from None
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    def _corrupt(self, error: CorruptSegmentError, offset: int) -> KafkaError:
+    def _corrupt(self, error: CorruptSegmentError, doing: str) -> KafkaError:
         """CORRUPT_MESSAGE for a read that reached bytes that are not a valid batch, as Kafka's fetch path
         answers a CorruptRecordException; logged once per place."""
         if (error.path, error.position) not in self._reported_corruption:
             self._reported_corruption.add((error.path, error.position))
-            log.error("%s: reading offset %d: %s", self.name, offset, error)
+            log.error("%s: %s: %s", self.name, doing, error)
         return KafkaError(
-            ErrorCode.corrupt_message, f"{self.name}: offset {offset}: corrupt log data ({error.reason})"
+            ErrorCode.corrupt_message, f"{self.name}: {doing}: corrupt log data ({error.reason})"
         )
 
     @_storage_operation

@@ -51,7 +51,7 @@ def test_a_flipped_byte_at_rest_is_never_served(fs, clock, caplog):
     with caplog.at_level(logging.ERROR):
         error = _corrupt_message(lambda: log.read(500, 1 << 20, 2**62, True))
         _corrupt_message(lambda: log.read(505, 1 << 20, 2**62, True))
-    assert "offset 500" in error.message
+    assert "reading offset 500" in error.message
     assert caplog.text.count("CRC mismatch") == 1  # logged once, not on every retry
     assert offsets_in(log.read(510, 1 << 20, 2**62, True))[0] == (510, 519)
 
