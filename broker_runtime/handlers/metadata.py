@@ -87,9 +87,8 @@ async def handle_metadata(ctx: RequestContext, request) -> object:
         wanted = list(dict.fromkeys(by_id[i] for i in ids if i in by_id))
     else:
         wanted = list(dict.fromkeys(t.name for t in requested))
-    auto_create = (
-        not all_topics and not ids and getattr(request, "allow_auto_topic_creation", True)
-    )  # auto.create.topics.enable is checked by the broker
+    # (maybe_auto_create checks auto.create.topics.enable)
+    auto_create = not all_topics and not ids and getattr(request, "allow_auto_topic_creation", True)
     with_operations = version >= AUTHORIZED_OPERATIONS_SINCE and request.include_topic_authorized_operations
 
     for name in wanted:
@@ -157,9 +156,9 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request) -> obje
     else:
         names = sorted({t.name for t in request.topics if t.name >= cursor_topic})
         if cursor is not None and cursor.topic_name not in names:
-            return _describe_error(types, request, "the topic list must contain the cursor topic")
+            return _describe_error(types, request)  # the cursor's topic must be one of those requested
     if cursor is not None and cursor.partition_index < 0:
-        return _describe_error(types, request, "the cursor partition must not be negative")
+        return _describe_error(types, request)
 
     remaining = max(
         min(broker.config["max.request.partition.size.limit"], request.response_partition_limit), 1
@@ -201,7 +200,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request) -> obje
     )
 
 
-def _describe_error(types, request, message: str) -> object:
+def _describe_error(types, request) -> object:
     """An invalid request is answered with INVALID_REQUEST on every requested topic (Kafka's error response)."""
     return make(
         types.DescribeTopicPartitionsResponse, throttle_time=_ZERO, next_cursor=None,

@@ -11,12 +11,11 @@ import re
 import uuid
 
 import pytest
-from kio.index import load_entity_module, load_request_schema
 from kio.schema.errors import ErrorCode as E
-from kio.static.constants import EntityType
 
 from broker_runtime.protocol.apis import ApiKey
 from broker_runtime.protocol.operations import CLUSTER_OPERATIONS, OMITTED, TOPIC_OPERATIONS
+from broker_runtime.tools.admin_client import build_request
 
 pytestmark = pytest.mark.odradek_only
 
@@ -29,12 +28,8 @@ def nested(module, cls_name: str, **values):
 
 
 def request(api: str, version: int, **values):
-    """A request of `version` keeping the fields that version has; nested values may be callables of the
-    request module (to build that version's nested classes)."""
-    module = load_entity_module(api, version, EntityType.request)
-    cls = load_request_schema(ApiKey[api.upper()], version)
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v(module) if callable(v) else v for k, v in values.items() if k in names})
+    """A request of `version` keeping the fields that version has (nested values: callables of its module)."""
+    return build_request(ApiKey[api.upper()], version, **values)
 
 
 def ms(n: int):
@@ -202,20 +197,19 @@ def test_metadata_before_v12_refuses_topic_ids(client, new_topic) -> None:
 @pytest.mark.parametrize("version", [8, 10, 12])
 def test_metadata_reports_every_operation_when_asked(client, new_topic, version) -> None:
     topic = new_topic()
-    asked = client.call(request(
-        "metadata", version, allow_auto_topic_creation=False, include_topic_authorized_operations=True,
-        include_cluster_authorized_operations=True,
-        topics=lambda m: (nested(m, "MetadataRequestTopic", name=topic, topic_id=None),),
-    ))  # fmt: skip
+
+    def metadata(asked: bool):
+        return client.call(request(
+            "metadata", version, allow_auto_topic_creation=False, include_topic_authorized_operations=asked,
+            include_cluster_authorized_operations=asked,
+            topics=lambda m: (nested(m, "MetadataRequestTopic", name=topic, topic_id=None),),
+        ))  # fmt: skip
+
+    asked = metadata(True)
     assert asked.topics[0].topic_authorized_operations == TOPIC_OPERATIONS
     if version <= 10:  # v11 moved cluster operations to DescribeCluster (KIP-700)
         assert asked.cluster_authorized_operations == CLUSTER_OPERATIONS
-    not_asked = client.call(request(
-        "metadata", version, allow_auto_topic_creation=False, include_topic_authorized_operations=False,
-        include_cluster_authorized_operations=False,
-        topics=lambda m: (nested(m, "MetadataRequestTopic", name=topic, topic_id=None),),
-    ))  # fmt: skip
-    assert not_asked.topics[0].topic_authorized_operations == OMITTED
+    assert metadata(False).topics[0].topic_authorized_operations == OMITTED
 
 
 def test_admin_clients_see_every_operation(bootstrap, new_topic, clients) -> None:
