@@ -96,10 +96,13 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the web server, the Celery worker and beat read while one of them writes; writers wait
-    # up to `timeout` seconds for the lock instead of failing at once.
+    # up to `timeout` seconds for the lock instead of failing at once. Transactions take the write lock
+    # when they begin: a deferred one that read first cannot wait for it and fails with "database is
+    # locked" when another connection wrote in between.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"] = {
         "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     DATABASES["default"]["TEST"] = {
