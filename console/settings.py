@@ -183,6 +183,11 @@ CELERY_TIMEZONE = TIME_ZONE
 
 # How long one admin request to a cluster may take before the page says the cluster is unreachable.
 CONSOLE_KAFKA_TIMEOUT_S = float(os.environ.get("CONSOLE_KAFKA_TIMEOUT_S", "10"))
+# Managed clusters: where their brokers' files live, and the ZooKeeper new clusters use (each in its chroot).
+CONSOLE_CLUSTERS_DIR = Path(os.environ.get("CONSOLE_CLUSTERS_DIR", BASE_DIR / "var" / "clusters"))
+CONSOLE_ZOOKEEPER = os.environ.get("CONSOLE_ZOOKEEPER", "127.0.0.1:2181")
+# The Celery queue operation tasks go to.
+CONSOLE_OPERATIONS_QUEUE = os.environ.get("CONSOLE_OPERATIONS_QUEUE", "celery")
 # The audit topic each cluster receives its audit entries on (one partition, 90 days, never compacted).
 CONSOLE_AUDIT_TOPIC = os.environ.get("CONSOLE_AUDIT_TOPIC", "__odradek_audit")
 

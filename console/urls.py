@@ -14,6 +14,7 @@ handler403 = "console.web.forbidden"
 cluster_pages = [
     path("", cluster_views.overview, name="overview"),
     path("brokers/", cluster_views.broker_list, name="brokers"),
+    path("brokers/add/", require_POST(cluster_views.broker_add), name="broker_add"),
     path("brokers/<int:broker_id>/", cluster_views.broker_detail, name="broker"),
     path("topics/", topic_views.topic_list, name="topics"),
     path("topics/new/", topic_views.topic_create, name="topic_create"),

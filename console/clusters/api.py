@@ -12,13 +12,16 @@ from console.access import ACTIONS, Role, role_of
 from console.api import cluster_or_404, validated
 from console.clusters import actions, selectors
 from console.clusters.client import client_for
-from console.clusters.models import Cluster
+from console.clusters.models import Cluster, ManagedBroker
 
 
 class ClusterOut(serializers.ModelSerializer):
     class Meta:
         model = Cluster
-        fields = ["id", "name", "bootstrap_servers", "zookeeper_connect", "managed", "created_at"]
+        fields = [
+            "id", "name", "bootstrap_servers", "zookeeper_connect", "managed", "config_overrides",
+            "failover_grace_s", "failover_on_return", "created_at",
+        ]  # fmt: skip
 
 
 class ClusterIn(serializers.Serializer):
@@ -33,6 +36,46 @@ class ClusterPatch(serializers.Serializer):
     zookeeper_connect = serializers.CharField(max_length=500, required=False, allow_blank=True)
 
 
+class BrokerEventOut(serializers.Serializer):
+    at = serializers.DateTimeField()
+    kind = serializers.CharField(
+        help_text="started, adopted, healthy, unhealthy, exited, restarted, stopping, stopped"
+    )
+    pid = serializers.IntegerField(allow_null=True)
+    exit_code = serializers.IntegerField(allow_null=True)
+    detail = serializers.CharField()
+
+
+class ProvisionIn(serializers.Serializer):
+    name = serializers.SlugField(max_length=64)
+    brokers = serializers.IntegerField(min_value=1, default=3)
+    base_port = serializers.IntegerField(min_value=1024, max_value=65535, default=9092)
+    zookeeper = serializers.CharField(required=False, default="", allow_blank=True, help_text="host:port")
+    chroot = serializers.CharField(
+        required=False, default="", allow_blank=True, help_text="default /odradek-<name>"
+    )
+    racks = serializers.ListField(child=serializers.CharField(max_length=64), required=False, default=list)
+    config_overrides = serializers.DictField(required=False, default=dict)
+    failover_grace_s = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+
+
+class AddBrokerIn(serializers.Serializer):
+    port = serializers.IntegerField(
+        min_value=1024, max_value=65535, required=False, allow_null=True, default=None
+    )
+    rack = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    config_overrides = serializers.DictField(required=False, default=dict)
+
+
+class ManagedBrokerOut(serializers.ModelSerializer):
+    class Meta:
+        model = ManagedBroker
+        fields = [
+            "broker_id", "host", "port", "log_dirs", "rack", "config_overrides", "should_run", "decommissioned",
+            "state", "pid", "started_at", "restarts", "last_exit_code",
+        ]  # fmt: skip
+
+
 class BrokerOut(serializers.Serializer):
     id = serializers.IntegerField()
     host = serializers.CharField()
@@ -45,6 +88,14 @@ class BrokerOut(serializers.Serializer):
     disk_bytes = serializers.IntegerField(allow_null=True)
     log_dirs = serializers.DictField()
     pid = serializers.IntegerField(allow_null=True)
+    process_state = serializers.CharField(
+        allow_null=True,
+        help_text="What the supervisor saw of a managed broker's process (null: not managed).",
+    )
+    started_at = serializers.DateTimeField(allow_null=True)
+    uptime_s = serializers.FloatField(allow_null=True)
+    restarts = serializers.IntegerField()
+    events = BrokerEventOut(many=True, help_text="The supervisor's recent events, newest first.")
 
 
 class PartitionRef(serializers.Serializer):
@@ -103,6 +154,35 @@ class ClusterListView(APIView):
         data = validated(ClusterIn, request.data)
         cluster = actions.do_register_cluster(request.user, source="api", **data)
         return Response(ClusterOut(cluster).data, status=status.HTTP_201_CREATED)
+
+
+class ProvisionView(APIView):
+    """A new managed cluster: the console writes its brokers' properties and the supervisor starts them."""
+
+    write_actions = {"POST": "cluster.provision"}
+
+    @extend_schema(request=ProvisionIn, responses={201: ClusterOut})
+    def post(self, request):
+        data = validated(ProvisionIn, request.data)
+        cluster = actions.do_provision_cluster(request.user, source="api", **data)
+        return Response(ClusterOut(cluster).data, status=status.HTTP_201_CREATED)
+
+
+class ManagedBrokerListView(APIView):
+    """The broker specs of a managed cluster (desired state and the supervisor's view); POST adds a broker."""
+
+    write_actions = {"POST": "broker.add"}
+
+    @extend_schema(responses=ManagedBrokerOut(many=True))
+    def get(self, request, cluster_id: int):
+        specs = ManagedBroker.objects.filter(cluster=cluster_or_404(cluster_id))
+        return Response(ManagedBrokerOut(specs, many=True).data)
+
+    @extend_schema(request=AddBrokerIn, responses={201: ManagedBrokerOut})
+    def post(self, request, cluster_id: int):
+        data = validated(AddBrokerIn, request.data)
+        broker = actions.do_add_broker(request.user, cluster_or_404(cluster_id), source="api", **data)
+        return Response(ManagedBrokerOut(broker).data, status=status.HTTP_201_CREATED)
 
 
 class ClusterDetailView(APIView):

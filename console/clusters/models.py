@@ -38,8 +38,16 @@ class Cluster(models.Model):
         max_length=500, blank=True, default="", validators=[validate_zookeeper_connect]
     )
     managed = models.BooleanField(
-        default=False, help_text="The console started this cluster's brokers (the local cluster)."
+        default=False, help_text="The console provisions and supervises this cluster's brokers."
     )
+    #: Broker configs every broker of a managed cluster gets (over deploy/cluster.properties).
+    config_overrides = models.JSONField(default=dict, blank=True)
+    #: Where a managed cluster's brokers keep their properties, pid files, logs and output.
+    data_dir = models.CharField(max_length=1000, blank=True, default="")
+    #: Seconds a broker may stay dead before a failover re-creates its replicas elsewhere (None: never).
+    failover_grace_s = models.PositiveIntegerField(null=True, blank=True)
+    #: After a failover, a returning broker stays empty ("empty") or gets a rebalance ("rebalance").
+    failover_on_return = models.CharField(max_length=16, default="empty", blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -53,17 +61,41 @@ class Cluster(models.Model):
         return [h.strip() for h in self.bootstrap_servers.split(",") if h.strip()]
 
 
+class BrokerState(models.TextChoices):
+    """What the supervisor last saw of a managed broker's process."""
+
+    PENDING = "pending"  # not started yet
+    STARTING = "starting"  # process up, not yet answering ApiVersions and registered in ZooKeeper
+    RUNNING = "running"  # answers ApiVersions and is registered
+    UNHEALTHY = "unhealthy"  # the process lives but stopped answering or lost its registration
+    EXITED = "exited"  # the process ended; a restart is scheduled after the backoff
+    STOPPING = "stopping"  # sent SIGTERM (controlled shutdown)
+    STOPPED = "stopped"
+
+
 class ManagedBroker(models.Model):
-    """A broker process the console's launcher (or, later, its supervisor) started: where it listens and its
-    pid. Unmanaged clusters have none."""
+    """A broker of a cluster the console provisions: the desired state (its id, listener, log dirs, rack,
+    config overrides, whether it should run) and what the supervisor (`manage.py supervise`) last saw of its
+    process (state, pid, start time, restarts). Unmanaged clusters have none."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="managed_brokers")
     broker_id = models.IntegerField()
     host = models.CharField(max_length=255)
     port = models.IntegerField()
     log_dirs = models.CharField(max_length=1000, blank=True, default="")
+    rack = models.CharField(max_length=64, blank=True, default="")
+    #: Broker configs of this broker only, over the cluster's `config_overrides`.
+    config_overrides = models.JSONField(default=dict, blank=True)
+    #: Desired: the supervisor runs the broker while this is true, and stops it (SIGTERM) when it is not.
+    should_run = models.BooleanField(default=True)
+    #: Decommissioned: stopped for good, its replicas moved away; kept for the history of its events.
+    decommissioned = models.BooleanField(default=False)
+    state = models.CharField(max_length=16, choices=BrokerState.choices, default=BrokerState.PENDING)
     pid = models.IntegerField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    restarts = models.PositiveIntegerField(default=0)
+    last_exit_code = models.IntegerField(null=True, blank=True)
+    state_changed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["cluster", "broker_id"]
@@ -73,3 +105,25 @@ class ManagedBroker(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/broker {self.broker_id}"
+
+    @property
+    def listener(self) -> str:
+        return f"PLAINTEXT://{self.host}:{self.port}"
+
+
+class BrokerEvent(models.Model):
+    """One thing the supervisor saw or did to a managed broker: started, adopted, exited (with its code),
+    restarted, unhealthy, healthy again, stopped."""
+
+    broker = models.ForeignKey(ManagedBroker, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    kind = models.CharField(max_length=16)
+    pid = models.IntegerField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    detail = models.CharField(max_length=500, blank=True, default="")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.broker}: {self.kind} {self.detail}"

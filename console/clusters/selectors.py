@@ -4,9 +4,12 @@ client's answers (never stored)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.utils import timezone
 
 from console.clusters.client import BrokerInfo, PartitionInfo, client_for
-from console.clusters.models import Cluster, ManagedBroker
+from console.clusters.models import BrokerEvent, Cluster, ManagedBroker
 from console.errors import ConsoleError, NotFound
 
 
@@ -23,6 +26,17 @@ class BrokerRow:
     disk_bytes: int | None = None
     log_dirs: dict[str, dict] = field(default_factory=dict)
     pid: int | None = None
+    #: What the supervisor saw of a managed broker's process (None for brokers the console does not run).
+    process_state: str | None = None
+    started_at: datetime | None = None
+    restarts: int = 0
+    events: list[dict] = field(default_factory=list)
+
+    @property
+    def uptime_s(self) -> float | None:
+        if self.started_at is None or self.process_state not in ("starting", "running", "unhealthy"):
+            return None
+        return max(0.0, (timezone.now() - self.started_at).total_seconds())
 
 
 @dataclass
@@ -60,10 +74,16 @@ def brokers(
     for managed in ManagedBroker.objects.filter(cluster=cluster):
         row = rows.get(managed.broker_id)
         if row is None:
+            if managed.decommissioned:
+                continue
             row = rows[managed.broker_id] = BrokerRow(
-                managed.broker_id, managed.host, managed.port, None, "offline"
+                managed.broker_id, managed.host, managed.port, managed.rack or None, "offline"
             )
         row.pid = managed.pid
+        row.process_state = managed.state
+        row.started_at = managed.started_at
+        row.restarts = managed.restarts
+        row.events = recent_events(managed)
     disk_error = ""
     if with_disk:
         try:
@@ -76,6 +96,13 @@ def brokers(
                     rows[broker_id].log_dirs = dirs
                     rows[broker_id].disk_bytes = sum(d["bytes"] for d in dirs.values())
     return sorted(rows.values(), key=lambda r: r.id), cluster_id, controller_id, disk_error
+
+
+def recent_events(managed: ManagedBroker, limit: int = 10) -> list[dict]:
+    return [
+        {"at": e.at, "kind": e.kind, "pid": e.pid, "exit_code": e.exit_code, "detail": e.detail}
+        for e in BrokerEvent.objects.filter(broker=managed)[:limit]
+    ]
 
 
 def _row(b: BrokerInfo, state: str, controller_id: int | None) -> BrokerRow:

@@ -10,6 +10,7 @@ from console.access import can
 from console.clusters import actions, selectors
 from console.clusters.client import client_for
 from console.clusters.models import Cluster
+from console.errors import Invalid
 from console.web import config_change, filter_configs, page, run_action
 
 
@@ -23,6 +24,8 @@ def home(request):
 @page("clusters/list.html")
 def cluster_list(request):
     form = {"name": "", "bootstrap_servers": "", "zookeeper_connect": ""}
+    if request.method == "POST" and request.POST.get("form") == "provision":
+        return _provision(request)
     if request.method == "POST":
         form = {k: request.POST.get(k, "").strip() for k in form}
         ok, cluster = run_action(
@@ -35,15 +38,56 @@ def cluster_list(request):
     return {"form": form, "all_clusters": Cluster.objects.all()}
 
 
+def _provision(request):
+    def provision():
+        try:
+            brokers = int(request.POST.get("brokers") or 3)
+            base_port = int(request.POST.get("base_port") or 0)
+        except ValueError as exc:
+            raise Invalid("brokers and base port must be numbers") from exc
+        racks = [r.strip() for r in request.POST.get("racks", "").split(",") if r.strip()]
+        return actions.do_provision_cluster(
+            request.user,
+            name=request.POST.get("name", "").strip(),
+            brokers=brokers,
+            base_port=base_port,
+            racks=racks,
+            source="web",
+        )
+
+    ok, cluster = run_action(
+        request, provision, success="Cluster provisioned: the supervisor starts its brokers."
+    )
+    if ok:
+        return HttpResponseRedirect(reverse("brokers", args=[cluster.pk]))
+    return HttpResponseRedirect(reverse("clusters"))
+
+
 @page("clusters/overview.html", fragment="clusters/_overview.html")
 def overview(request, cluster):
     return {"overview": selectors.overview(cluster), "nav": "overview"}
 
 
-@page("clusters/brokers.html")
+@page("clusters/brokers.html", fragment="clusters/_brokers_live.html")
 def broker_list(request, cluster):
-    rows, _, controller_id, disk_error = selectors.brokers(cluster)
-    return {"brokers": rows, "controller_id": controller_id, "disk_error": disk_error, "nav": "brokers"}
+    rows, _, controller_id, disk_error = selectors.brokers(cluster, with_disk=not request.htmx)
+    return {
+        "brokers": rows,
+        "controller_id": controller_id,
+        "disk_error": disk_error,
+        "managed": cluster.managed,
+        "nav": "brokers",
+    }
+
+
+@page("clusters/brokers.html")
+def broker_add(request, cluster):
+    run_action(
+        request,
+        lambda: actions.do_add_broker(request.user, cluster, source="web"),
+        success="Broker added: the supervisor starts it; a reassignment moves replicas onto it.",
+    )
+    return HttpResponseRedirect(reverse("brokers", args=[cluster.pk]))
 
 
 @page("clusters/broker.html", fragment="clusters/_configs.html")

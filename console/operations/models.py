@@ -13,6 +13,11 @@ from console.operations.states import FINAL, VALID_PREVIOUS, IllegalTransition, 
 
 class Kind(models.TextChoices):
     CREATE_TOPIC = "create_topic", "create topic"
+    REASSIGNMENT = "reassignment", "partition reassignment"
+    PREFERRED_LEADER_ELECTION = "preferred_leader_election", "preferred leader election"
+    FAILOVER = "failover", "broker failover"
+    DECOMMISSION = "decommission", "broker decommission"
+    REPLICATION_FACTOR = "replication_factor", "replication factor change"
 
 
 class Operation(models.Model):
@@ -33,6 +38,10 @@ class Operation(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="operations"
     )
+    #: The worker running it ("hostname pid") and when it last said it is alive: a worker finding a running
+    #: operation whose heartbeat is older than the lease takes it over (its worker died); a fresh one it leaves.
+    worker = models.CharField(max_length=200, blank=True, default="")
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -49,7 +58,13 @@ class Operation(models.Model):
 
     @property
     def target(self) -> str:
-        return str(self.params.get("name", ""))
+        """What the operation is about, for lists and the audit trail: a topic, a broker, or the cluster."""
+        params = self.params
+        if "name" in params or "topic" in params:
+            return str(params.get("name") or params.get("topic"))
+        if "broker" in params:
+            return f"broker {params['broker']}"
+        return ""
 
     def transition(self, new: State, **fields: Any) -> None:
         """Move to `new` if the row is still in a state `new` may follow; else raise IllegalTransition.

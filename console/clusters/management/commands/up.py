@@ -1,9 +1,11 @@
 """`python manage.py up` (what `make up` runs): the whole local platform in the foreground until Ctrl-C.
 
-Starts Redis if nothing answers on REDIS_URL, the local cluster if nothing answers on its bootstrap address,
-migrates the database, creates the admin user on the first run, registers the local cluster, then runs the
-console (runserver), a Celery worker and Celery beat. Ctrl-C (or SIGTERM) stops what it started, in reverse
-order, the brokers last with a controlled shutdown. A second run reuses the same data, users and cluster.
+Starts Redis if nothing answers on REDIS_URL and ZooKeeper if nothing answers on CONSOLE_ZOOKEEPER, migrates
+the database, creates the admin user on the first run and provisions the local three-broker cluster through the
+console's own provisioning path (`do_provision_cluster`), then runs the supervisor (`manage.py supervise`, which
+starts and watches the brokers), the console (runserver), a Celery worker and Celery beat. Ctrl-C (or SIGTERM)
+stops what it started, in reverse order; the supervisor stops the brokers with a controlled shutdown. A second
+run reuses the same data, users and cluster.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,51 +26,22 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.utils import timezone
 
-from console.clusters.models import Cluster, ManagedBroker
+from console.clusters.actions import do_provision_cluster, do_register_cluster
+from console.clusters.models import Cluster
+from console.clusters.supervisor import answers
 
 REPO = Path(settings.BASE_DIR)
 VAR = REPO / "var"
 
 
-@dataclass(frozen=True)
-class LocalCluster:
-    """How to start the local cluster and where its brokers listen."""
-
-    command: list[str]
-    brokers: list[tuple[int, str, int, str]]  # (broker id, host, port, log dir)
-    zookeeper_connect: str = ""
-    log_name: str = "cluster.log"
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(f"{host}:{port}" for _, host, port, _ in self.brokers)
-
-
-STANDALONE = LocalCluster(
-    command=[sys.executable, "-m", "broker_runtime", "--config", "deploy/standalone.properties"],
-    brokers=[(0, "127.0.0.1", 9092, "var/standalone/logs")],
-    log_name="standalone.log",
-)
-THREE_BROKERS = LocalCluster(
-    command=["make", "--no-print-directory", "cluster"],
-    brokers=[(i, "127.0.0.1", 9092 + i, f"var/cluster/broker-{i}") for i in range(3)],
-    zookeeper_connect="127.0.0.1:2181",
-)
-
-#: The cluster `make up` runs. Switch to THREE_BROKERS once `make cluster` exists.
-LOCAL_CLUSTER = STANDALONE
+#: The local cluster `make up` provisions on its first run (and the supervisor runs on every run).
+LOCAL_CLUSTER = {"name": "local", "brokers": 3, "base_port": 9092, "chroot": "/odradek"}
+ZOOKEEPER_DATA = VAR / "zookeeper"
 
 CONSOLE_ADDRESS = "127.0.0.1:8000"
 ADMIN_USERNAME = "admin"
 PASSWORD_FILE = Path(settings.VAR_DIR) / "admin-password.txt"
-
-
-def answers(host: str, port: int, timeout: float = 0.5) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=timeout):
-        return True
-    return False
 
 
 @dataclass
@@ -136,11 +108,22 @@ class Command(BaseCommand):
         try:
             self.stdout.write("Odradek: starting the local platform\n")
             self._redis(platform)
-            cluster_child = self._cluster(platform)
+            self._zookeeper(platform)
             call_command("migrate", interactive=False, verbosity=0)
             password = self._admin()
-            cluster = self._register(cluster_child)
+            cluster = self._local_cluster()
             python = sys.executable
+            if cluster.managed:
+                supervisor = platform.start(
+                    "supervisor",
+                    [python, "manage.py", "supervise"],
+                    log=VAR / "supervisor.log",
+                    stop_timeout=90,
+                )
+                for host, port in (h.rsplit(":", 1) for h in cluster.bootstrap_list):
+                    self._wait(
+                        lambda h=host, p=int(port): answers(h, p), f"broker on {host}:{port}", 90, supervisor
+                    )
             platform.start("console", [python, "manage.py", "runserver", address, "--noreload"])
             platform.start(
                 "celery worker",
@@ -192,18 +175,15 @@ class Command(BaseCommand):
         )
         self._wait(lambda: answers(host, port), "Redis", 20)
 
-    def _cluster(self, platform: Platform) -> Child | None:
-        local = LOCAL_CLUSTER
-        first = local.brokers[0]
-        if answers(first[1], first[2]):
-            self.stdout.write(f"  a broker answers on {first[1]}:{first[2]}: using it\n")
-            return None
-        for _, _, _, log_dir in local.brokers:
-            (REPO / log_dir).mkdir(parents=True, exist_ok=True)
-        child = platform.start("local cluster", local.command, log=VAR / local.log_name, stop_timeout=60)
-        for _, host, port, _ in local.brokers:
-            self._wait(lambda h=host, p=port: answers(h, p), f"broker on {host}:{port}", 90, child)
-        return child
+    def _zookeeper(self, platform: Platform) -> None:
+        host, port = settings.CONSOLE_ZOOKEEPER.split(",")[0].rsplit(":", 1)
+        if answers(host, int(port)):
+            self.stdout.write(f"  ZooKeeper answers on {host}:{port}: using it\n")
+            return
+        ZOOKEEPER_DATA.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "deploy/zookeeper.py", "--data-dir", str(ZOOKEEPER_DATA), "--port", port]
+        child = platform.start("zookeeper", command, log=ZOOKEEPER_DATA / "zookeeper.out", stop_timeout=20)
+        self._wait(lambda: answers(host, int(port)), "ZooKeeper", 60, child)
 
     def _wait(self, ready, what: str, timeout: float, child: Child | None = None) -> None:
         deadline = time.monotonic() + timeout
@@ -225,30 +205,20 @@ class Command(BaseCommand):
         PASSWORD_FILE.chmod(0o600)
         return password
 
-    def _register(self, child: Child | None) -> Cluster:
-        local = LOCAL_CLUSTER
-        cluster, _ = Cluster.objects.get_or_create(
-            name="local",
-            defaults={
-                "bootstrap_servers": local.bootstrap,
-                "zookeeper_connect": local.zookeeper_connect,
-                "managed": True,
-            },
-        )
-        if child is not None:
-            for broker_id, host, port, log_dir in local.brokers:
-                ManagedBroker.objects.update_or_create(
-                    cluster=cluster,
-                    broker_id=broker_id,
-                    defaults={
-                        "host": host,
-                        "port": port,
-                        "log_dirs": log_dir,
-                        "pid": _broker_pid(child, port),
-                        "started_at": timezone.now(),
-                    },
-                )
-        return cluster
+    def _local_cluster(self) -> Cluster:
+        """The local cluster, provisioned through the console's own path on the first run. A broker already
+        answering on its first port (say, `make cluster`) is registered as an unmanaged cluster instead."""
+        cluster = Cluster.objects.filter(name=LOCAL_CLUSTER["name"]).first()
+        if cluster is not None:
+            return cluster
+        host, port = "127.0.0.1", LOCAL_CLUSTER["base_port"]
+        admin = get_user_model().objects.filter(is_superuser=True).order_by("pk").first()
+        if answers(host, port):
+            self.stdout.write(f"  a broker answers on {host}:{port}: registering it (not managed)\n")
+            return do_register_cluster(admin, name=LOCAL_CLUSTER["name"], bootstrap_servers=f"{host}:{port}",
+                                       source="cli")  # fmt: skip
+        self.stdout.write(f"  provisioning the local cluster of {LOCAL_CLUSTER['brokers']} brokers\n")
+        return do_provision_cluster(admin, source="cli", **LOCAL_CLUSTER)
 
     def _banner(self, address: str, password: str | None, cluster: Cluster) -> None:
         self.stdout.write(self.style.SUCCESS(f"\nOdradek console: http://{address}/\n"))
@@ -264,20 +234,3 @@ class Command(BaseCommand):
             f"  API: http://{address}/api/v1/ (docs at /api/v1/docs/; token: python manage.py drf_create_token USER)\n"
         )
         self.stdout.write("  Ctrl-C stops everything.\n\n")
-
-
-def _broker_pid(child: Child, port: int) -> int | None:
-    """The pid listening on `port`: the child itself for one broker, one of its children for several."""
-    try:
-        import psutil
-    except ImportError:
-        return child.proc.pid
-    candidates = [psutil.Process(child.proc.pid), *psutil.Process(child.proc.pid).children(recursive=True)]
-    for proc in candidates:
-        with contextlib.suppress(psutil.Error):
-            if any(
-                c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
-                for c in proc.net_connections("tcp")
-            ):
-                return proc.pid
-    return child.proc.pid
