@@ -1,0 +1,145 @@
+"""Managed clusters in tests: provisioned through the API into the test database, their brokers run by a real
+`manage.py supervise` process over the session's real ZooKeeper.
+
+    supervisor = Supervise(tmp_path)          # started on the test database
+    cluster = provision(api("alice"), "m1", brokers=3)
+    wait_brokers(cluster, "running")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.console.conftest import REPO, wait_for
+
+#: Up to a broker's ZooKeeper session (6 s in deploy/cluster.properties) plus its start on a loaded machine.
+BROKER_TIMEOUT_S = 90
+
+
+def free_port_range(count: int) -> int:
+    """The first of `count` consecutive ports nothing listens on or binds."""
+    for _ in range(200):
+        base = random.randrange(20000, 60000 - count)
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise AssertionError("no free port range")
+
+
+class Supervise:
+    """A `python manage.py supervise` process on the test database."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Supervise:
+        from django.db import connection
+
+        env = dict(
+            os.environ,
+            DATABASE_URL=f"sqlite:///{connection.settings_dict['NAME']}",
+            DJANGO_SETTINGS_MODULE="console.settings",
+            PYTHONUNBUFFERED="1",
+        )
+        log = open(self.log_path, "ab")  # noqa: SIM115  (closed when the process ends)
+        self.proc = subprocess.Popen(
+            [sys.executable, "manage.py", "supervise", "--health-interval", "0.5", "--stop-timeout", "30"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    def kill(self) -> None:
+        """SIGKILL: the supervisor dies without touching its brokers."""
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> int:
+        """Ctrl-C: the supervisor stops its brokers (controlled shutdown), then exits."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(60)
+
+
+def provision(client, name: str, *, brokers: int = 3, **extra) -> object:
+    from console.clusters.models import Cluster
+
+    response = client.post(
+        "/api/v1/clusters/provision/",
+        {"name": name, "brokers": brokers, "base_port": free_port_range(brokers), **extra},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    return Cluster.objects.get(pk=response.json()["id"])
+
+
+def broker_rows(cluster) -> dict[int, object]:
+    from console.clusters.models import ManagedBroker
+
+    return {b.broker_id: b for b in ManagedBroker.objects.filter(cluster=cluster)}
+
+
+def wait_brokers(cluster, state: str, ids=None, timeout: float = BROKER_TIMEOUT_S, supervisor=None) -> dict:
+    def reached():
+        if supervisor is not None and supervisor.proc.poll() is not None:
+            raise AssertionError(f"supervisor exited with {supervisor.proc.returncode}:\n{supervisor.log()}")
+        rows = broker_rows(cluster)
+        wanted = rows.keys() if ids is None else ids
+        return rows if all(rows[i].state == state for i in wanted) else None
+
+    return wait_for(reached, timeout=timeout, interval=0.1, what=f"brokers of {cluster.name} {state}")
+
+
+def events(cluster, broker_id: int) -> list[tuple[str, int | None, int | None]]:
+    """(kind, pid, exit code) of a broker's supervisor events, oldest first."""
+    from console.clusters.models import BrokerEvent
+
+    rows = BrokerEvent.objects.filter(broker__cluster=cluster, broker__broker_id=broker_id).order_by("at", "id")
+    return [(e.kind, e.pid, e.exit_code) for e in rows]
+
+
+def pid_alive(pid: int) -> bool:
+    """A live process (a zombie left to a container's init that never reaps counts as dead)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def stop_everything(supervisor: Supervise, clusters_dir: Path) -> None:
+    """Teardown: stop the supervisor (it stops its brokers); then SIGKILL any broker a killed supervisor left."""
+    if supervisor.proc is not None and supervisor.proc.poll() is None:
+        try:
+            supervisor.stop()
+        except subprocess.TimeoutExpired:
+            supervisor.kill()
+    for pid_path in clusters_dir.glob("*/broker-*/broker.pid"):
+        with contextlib.suppress(ValueError, ProcessLookupError, OSError):
+            pid = int(pid_path.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"broker_runtime" in cmdline:
+                os.kill(pid, signal.SIGKILL)
