@@ -43,5 +43,15 @@ urlpatterns = [
     path(group, groups.GroupDetailView.as_view(), name="api-group"),
     path("operations/", operations.OperationListView.as_view(), name="api-operations"),
     path("operations/<int:operation_id>/", operations.OperationDetailView.as_view(), name="api-operation"),
+    path(
+        "operations/<int:operation_id>/approve/",
+        operations.OperationApproveView.as_view(),
+        name="api-operation-approve",
+    ),
+    path(
+        "operations/<int:operation_id>/cancel/",
+        operations.OperationCancelView.as_view(),
+        name="api-operation-cancel",
+    ),
     path("audit/", audit.AuditListView.as_view(), name="api-audit"),
 ]

@@ -178,6 +178,8 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE = {
     "publish-audit-entries": {"task": "console.audit.tasks.publish_pending", "schedule": 30.0},
     "refresh-group-lag": {"task": "console.groups.tasks.refresh_all_lag", "schedule": 30.0},
+    "resume-stalled-operations": {"task": "console.operations.tasks.resume_stalled", "schedule": 15.0},
+    "watch-brokers-for-failover": {"task": "console.operations.tasks.watch_brokers", "schedule": 5.0},
 }
 CELERY_TIMEZONE = TIME_ZONE
 
@@ -188,6 +190,8 @@ CONSOLE_CLUSTERS_DIR = Path(os.environ.get("CONSOLE_CLUSTERS_DIR", BASE_DIR / "v
 CONSOLE_ZOOKEEPER = os.environ.get("CONSOLE_ZOOKEEPER", "127.0.0.1:2181")
 # The Celery queue operation tasks go to.
 CONSOLE_OPERATIONS_QUEUE = os.environ.get("CONSOLE_OPERATIONS_QUEUE", "celery")
+# A running operation whose worker has not heartbeaten for this long is taken over by another worker.
+CONSOLE_OPERATION_LEASE_S = float(os.environ.get("CONSOLE_OPERATION_LEASE_S", "20"))
 # The audit topic each cluster receives its audit entries on (one partition, 90 days, never compacted).
 CONSOLE_AUDIT_TOPIC = os.environ.get("CONSOLE_AUDIT_TOPIC", "__odradek_audit")
 

@@ -446,12 +446,8 @@ class ClusterClient:
             for tp, f in futures.items()
         }
 
-    def log_dir_sizes(
-        self, topics: list[str] | None = None
-    ) -> tuple[dict[int, dict], dict[tuple[str, int], int]]:
-        """(per broker {log_dir: {"bytes": n, "error": code}}, per (topic, partition) the largest replica size).
-
-        Through kafka-python's DescribeLogDirs (librdkafka has no admin call for it)."""
+    def _kafka_python_admin(self) -> Any:
+        """kafka-python's admin client, for what librdkafka's lacks (log dirs, reassignments, elections)."""
         from kafka.admin import KafkaAdminClient
 
         with self._lock:
@@ -463,10 +459,37 @@ class ClusterClient:
                         request_timeout_ms=int(self.timeout_s * 1000),
                     )
                 except Exception as exc:
-                    raise Unavailable(f"describing log dirs: {exc}") from exc
-            admin = self._log_dirs_admin
+                    raise Unavailable(f"connecting the admin client: {exc}") from exc
+            return self._log_dirs_admin
+
+    def replica_sizes(self, topics: list[str] | None = None) -> dict[tuple[int, str, int], int]:
+        """Bytes of each replica: {(broker, topic, partition): size}, from every broker's DescribeLogDirs."""
         try:
-            answers = admin.describe_log_dirs(topic_partitions=topics)
+            answers = self._kafka_python_admin().describe_log_dirs(topic_partitions=topics)
+        except ConsoleError:
+            raise
+        except Exception as exc:
+            raise Unavailable(f"describing log dirs: {exc}") from exc
+        sizes: dict[tuple[int, str, int], int] = {}
+        for answer in answers:
+            broker = int(answer["broker"])
+            for log_dir in answer["log_dirs"]:
+                for topic in log_dir["topics"]:
+                    for part in topic["partitions"]:
+                        key = (broker, topic["name"], int(part["partition_index"]))
+                        sizes[key] = sizes.get(key, 0) + int(part["partition_size"])
+        return sizes
+
+    def log_dir_sizes(
+        self, topics: list[str] | None = None
+    ) -> tuple[dict[int, dict], dict[tuple[str, int], int]]:
+        """(per broker {log_dir: {"bytes": n, "error": code}}, per (topic, partition) the largest replica size).
+
+        Through kafka-python's DescribeLogDirs (librdkafka has no admin call for it)."""
+        try:
+            answers = self._kafka_python_admin().describe_log_dirs(topic_partitions=topics)
+        except ConsoleError:
+            raise
         except Exception as exc:
             raise Unavailable(f"describing log dirs: {exc}") from exc
         per_broker: dict[int, dict] = {}
@@ -483,6 +506,69 @@ class ClusterClient:
                         per_partition[key] = max(per_partition.get(key, 0), size)
                 dirs[log_dir["log_dir"]] = {"bytes": total, "error": int(log_dir["error_code"])}
         return per_broker, per_partition
+
+    # -- reassignments and elections (Kafka's AlterPartitionReassignments, ListPartitionReassignments and
+    #    ElectLeaders, sent to the controller)
+
+    def reassign(self, targets: dict[tuple[str, int], list[int] | None]) -> dict[tuple[str, int], str]:
+        """Start (a replica list) or cancel (None) reassignments; {(topic, partition): error} for refusals."""
+        from kafka import TopicPartition as KafkaTopicPartition
+
+        request = {KafkaTopicPartition(t, p): replicas for (t, p), replicas in targets.items()}
+        try:
+            answers = self._kafka_python_admin().alter_partition_reassignments(
+                request, timeout_ms=int(self.timeout_s * 1000)
+            )
+        except ConsoleError:
+            raise
+        except Exception as exc:
+            raise Unavailable(f"reassigning partitions: {exc}") from exc
+        self.invalidate()
+        return {
+            (tp.topic, tp.partition): error.__name__ for tp, error in answers.items() if error is not None
+        }
+
+    def ongoing_reassignments(
+        self, partitions: list[tuple[str, int]] | None = None
+    ) -> dict[tuple[str, int], dict[str, list[int]]]:
+        from kafka import TopicPartition as KafkaTopicPartition
+
+        request = None if partitions is None else [KafkaTopicPartition(t, p) for t, p in partitions]
+        try:
+            answers = self._kafka_python_admin().list_partition_reassignments(
+                request, timeout_ms=int(self.timeout_s * 1000)
+            )
+        except ConsoleError:
+            raise
+        except Exception as exc:
+            raise Unavailable(f"listing reassignments: {exc}") from exc
+        return {(tp.topic, tp.partition): value for tp, value in answers.items()}
+
+    def elect_preferred_leaders(self, partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], str]:
+        """Preferred-replica election; {(topic, partition): error name} for the partitions that failed
+        (ELECTION_NOT_NEEDED, the preferred replica already leads, is not a failure)."""
+        topics: dict[str, list[int]] | None = None
+        if partitions is not None:
+            topics = {}
+            for t, p in partitions:
+                topics.setdefault(t, []).append(p)
+        try:
+            response = self._kafka_python_admin().elect_leaders(
+                0, topics, timeout_ms=int(self.timeout_s * 1000), raise_errors=False
+            )
+        except ConsoleError:
+            raise
+        except Exception as exc:
+            raise Unavailable(f"electing leaders: {exc}") from exc
+        from kafka.errors import for_code
+
+        failed = {}
+        for result in response.replica_election_results:
+            for part in result.partition_result:
+                if part.error_code not in (0, 84):  # 84: ELECTION_NOT_NEEDED
+                    failed[(result.topic, part.partition_id)] = for_code(part.error_code).__name__
+        self.invalidate()
+        return failed
 
     # -- groups
 

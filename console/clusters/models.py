@@ -48,6 +48,8 @@ class Cluster(models.Model):
     failover_grace_s = models.PositiveIntegerField(null=True, blank=True)
     #: After a failover, a returning broker stays empty ("empty") or gets a rebalance ("rebalance").
     failover_on_return = models.CharField(max_length=16, default="empty", blank=True)
+    #: Brokers the failover watch saw missing, {broker id: ISO time first seen missing}.
+    missing_brokers = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -91,5 +91,20 @@ class Operation(models.Model):
             self.progress = update["progress"] = max(0, min(100, progress))
         Operation.objects.filter(pk=self.pk).update(**update)
 
+    def heartbeat(self, **fields: Any) -> None:
+        """Say this worker still runs the operation (and save `fields`, e.g. live progress). Raises
+        runner.Stop if the operation was cancelled or another worker took it over."""
+        from console.operations.runner import WORKER, Stop
+
+        now = timezone.now()
+        alive = Operation.objects.filter(pk=self.pk, state=State.RUNNING, worker=WORKER).update(
+            heartbeat_at=now, updated_at=now, **fields
+        )
+        for name, value in fields.items():
+            setattr(self, name, value)
+        if not alive:
+            self.refresh_from_db(fields=["state", "worker"])
+            raise Stop(f"operation {self.pk} is {self.state}, worked on by {self.worker or 'nobody'}")
+
     def has_step(self, step: str) -> bool:
         return any(s["step"] == step for s in self.steps)

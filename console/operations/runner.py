@@ -2,17 +2,26 @@
 
 `enqueue(operation)` queues the operation's task once the surrounding transaction commits (so the worker
 never looks for a row that is not there yet). `run(operation_id, steps)` is what a task does: load the
-operation, move it to running (or resume it if it already runs: the previous worker died), call the kind's
-function, and end it done or failed, with an audit entry for the outcome.
+operation, move it to running (or take it over if it runs but its worker's heartbeat is older than the lease:
+that worker died), call the kind's function, and end it done or failed, with an audit entry for the outcome.
+
+A running operation's task calls `operation.heartbeat()` as it goes; a task delivered twice (Redis redelivers
+late-acked tasks) finds a fresh heartbeat and leaves the operation to the worker that has it. `resume_stalled`
+(at worker start and on a beat schedule) re-queues operations whose worker died.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from console.audit.models import Outcome
 from console.audit.recording import record
@@ -22,41 +31,88 @@ from console.operations.states import IllegalTransition, State
 log = logging.getLogger(__name__)
 
 #: Operation kind -> dotted name of its Celery task.
-TASKS = {"create_topic": "console.topics.tasks.create_topic"}
+TASKS = {
+    "create_topic": "console.topics.tasks.create_topic",
+    "reassignment": "console.operations.tasks.reassignment",
+    "replication_factor": "console.operations.tasks.reassignment",
+    "failover": "console.operations.tasks.reassignment",
+    "decommission": "console.operations.tasks.reassignment",
+    "preferred_leader_election": "console.operations.tasks.preferred_leader_election",
+}
+
+WORKER = f"{socket.gethostname()} {os.getpid()}"
 
 
 class OperationFailed(Exception):
     """Raised by a step to end the operation as failed with this message."""
 
 
-def enqueue(operation: Operation) -> None:
-    def send() -> None:
-        from console.celery import app
+class Stop(Exception):
+    """Raised by `Operation.heartbeat` when this worker must stop working on the operation."""
 
+
+def send(operation_id: int, kind: str) -> None:
+    from console.celery import app
+
+    app.send_task(TASKS[kind], args=[operation_id], queue=settings.CONSOLE_OPERATIONS_QUEUE)
+
+
+def enqueue(operation: Operation) -> None:
+    def send_now() -> None:
         try:
-            app.send_task(TASKS[operation.kind], args=[operation.pk])
+            send(operation.pk, operation.kind)
         except Exception as exc:  # Redis unreachable: the operation cannot start; say so on it
             log.error("operation %s not queued: %s", operation.pk, exc)
             operation.transition(State.FAILED, error=f"could not queue the task (is Redis running?): {exc}")
 
-    transaction.on_commit(send)
+    transaction.on_commit(send_now)
+
+
+def lease_expired_before() -> dt.datetime:
+    return timezone.now() - dt.timedelta(seconds=settings.CONSOLE_OPERATION_LEASE_S)
+
+
+def resume_stalled() -> list[int]:
+    """Re-queue running operations whose worker stopped heartbeating, and approved ones no worker took."""
+    stale = Operation.objects.filter(state=State.RUNNING, heartbeat_at__lt=lease_expired_before())
+    waiting = Operation.objects.filter(state=State.APPROVED, updated_at__lt=lease_expired_before())
+    ids = []
+    for operation in [*stale, *waiting]:
+        if operation.kind in TASKS:
+            send(operation.pk, operation.kind)
+            ids.append(operation.pk)
+    return ids
 
 
 def run(operation_id: int, body: Callable[[Operation], dict[str, Any]], *, audit_action: str) -> None:
     operation = Operation.objects.select_related("cluster", "created_by").filter(pk=operation_id).first()
     if operation is None or operation.is_final:
         return
+    now = timezone.now()
     if operation.state == State.APPROVED:
         try:
-            operation.transition(State.RUNNING)
+            operation.transition(State.RUNNING, worker=WORKER, heartbeat_at=now)
         except IllegalTransition:
             return  # another worker took it, or it was cancelled
     elif operation.state != State.RUNNING:
         return
     else:
-        operation.record_step("resumed", "the worker that ran it stopped; continuing from the steps recorded")
+        # Take it over only if its worker stopped heartbeating (compare-and-set on the heartbeat seen).
+        taken = Operation.objects.filter(
+            pk=operation.pk,
+            state=State.RUNNING,
+            heartbeat_at=operation.heartbeat_at,
+            heartbeat_at__lt=lease_expired_before(),
+        ).update(worker=WORKER, heartbeat_at=now)
+        if not taken:
+            return
+        previous = operation.worker or "an earlier worker"
+        operation.worker, operation.heartbeat_at = WORKER, now
+        operation.record_step("resumed", f"{previous} stopped; continuing from the steps recorded")
     try:
         result = body(operation)
+    except Stop:
+        return
     except Exception as exc:
         message = str(exc) if isinstance(exc, OperationFailed) else f"{type(exc).__name__}: {exc}"
         log.warning("operation %s failed: %s", operation.pk, message)
@@ -81,8 +137,10 @@ def _end(
             source="worker",
             action_name=audit_action,
             cluster=operation.cluster,
-            resource_type="topic",
-            resource_name=operation.target,
+            resource_type="topic"
+            if operation.kind in ("create_topic", "replication_factor")
+            else "operation",
+            resource_name=operation.target or f"#{operation.pk}",
             params=operation.params,
             outcome=Outcome.OK if state == State.DONE else Outcome.ERROR,
             detail=error or f"operation #{operation.pk} done",

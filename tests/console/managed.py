@@ -143,3 +143,57 @@ def stop_everything(supervisor: Supervise, clusters_dir: Path) -> None:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             if b"broker_runtime" in cmdline:
                 os.kill(pid, signal.SIGKILL)
+
+
+class Worker:
+    """A `celery -A console worker` of the test's own, on its own queue (so killing it harms no other test)."""
+
+    def __init__(self, log_path: Path, redis_url: str, queue: str, lease_s: float) -> None:
+        self.log_path, self.redis_url, self.queue, self.lease_s = log_path, redis_url, queue, lease_s
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Worker:
+        from django.db import connection
+
+        env = dict(
+            os.environ,
+            DATABASE_URL=f"sqlite:///{connection.settings_dict['NAME']}",
+            REDIS_URL=self.redis_url,
+            DJANGO_SETTINGS_MODULE="console.settings",
+            CONSOLE_OPERATIONS_QUEUE=self.queue,
+            CONSOLE_OPERATION_LEASE_S=str(self.lease_s),
+            PYTHONUNBUFFERED="1",
+        )
+        start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        log = open(self.log_path, "ab")  # noqa: SIM115  (closed when the process ends)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool", "threads", "--concurrency", "2",
+             "-Q", self.queue, "--loglevel", "INFO", "--hostname", f"{self.queue}-{random.randrange(10**6)}@%h",
+             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        log.close()
+
+        def ready() -> bool:
+            assert self.proc.poll() is None, f"worker exited:\n{self.log()}"
+            return "ready." in self.log_path.read_text(errors="replace")[start:]
+
+        wait_for(ready, timeout=60, interval=0.1, what="celery worker ready")
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()

@@ -127,6 +127,9 @@ def test_api_lists_and_registers_clusters(api, cluster):
             "bootstrap_servers": cluster.bootstrap_servers,
             "zookeeper_connect": "",
             "managed": False,
+            "config_overrides": {},
+            "failover_grace_s": None,
+            "failover_on_return": "empty",
             "created_at": response.json()[0]["created_at"],
         }
     ]

@@ -1,0 +1,200 @@
+"""Operations as persisted state machines, end to end: a managed cluster of real broker processes (run by a
+real supervisor over the session's ZooKeeper), real Celery workers of the test's own on Redis, the API.
+
+Each test provisions its own cluster (the test database is flushed between tests) and its own worker queue."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kafka.admin import NewTopic
+
+from console.audit.models import AuditEntry
+from console.clusters.client import client_for, forget
+from console.operations.models import Operation
+from tests.console.conftest import wait_for
+from tests.console.managed import Supervise, Worker, broker_rows, events, provision, stop_everything, wait_brokers
+
+LEASE_S = 3.0
+
+
+@pytest.fixture
+def managed(settings, tmp_path, zookeeper, redis_url, transactional_db, api):
+    clusters_dir = tmp_path / "clusters"
+    settings.CONSOLE_CLUSTERS_DIR = clusters_dir
+    settings.CONSOLE_ZOOKEEPER = zookeeper.address
+    settings.CONSOLE_OPERATIONS_QUEUE = queue = f"ops-{uuid.uuid4().hex[:8]}"
+    supervisor = Supervise(tmp_path / "supervise.log").start()
+    workers: list[Worker] = []
+
+    class Managed:
+        def __init__(self):
+            self.supervisor = supervisor
+            self.cluster = provision(api("alice"), f"o-{uuid.uuid4().hex[:6]}", brokers=3)
+            wait_brokers(self.cluster, "running", supervisor=supervisor)
+
+        def worker(self) -> Worker:
+            worker = Worker(tmp_path / "worker.log", redis_url, queue, LEASE_S).start()
+            workers.append(worker)
+            return worker
+
+        def create_topic(self, name: str, assignment: list[list[int]]) -> str:
+            client = client_for(self.cluster)
+            topic = NewTopic(name, -1, -1, replica_assignments=dict(enumerate(assignment)))
+            client._kafka_python_admin().create_topics([topic])
+
+            def ready():
+                topic = client.metadata(max_age_s=0).topics.get(name)
+                return topic and all(p.leader >= 0 for p in topic.partitions) and len(topic.partitions) == len(assignment)
+
+            wait_for(ready, timeout=60, what=f"topic {name} with leaders")
+            return name
+
+        def replicas(self, topic: str) -> dict[int, list[int]]:
+            md = client_for(self.cluster).metadata(max_age_s=0)
+            return {p.partition: list(p.replicas) for p in md.topic(topic).partitions}
+
+    made = Managed()
+    yield made
+    forget(made.cluster)
+    for worker in workers:
+        worker.stop()
+    stop_everything(supervisor, clusters_dir)
+
+
+def propose(api, persona: str, **body) -> dict:
+    response = api(persona).post("/api/v1/operations/", body, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def wait_state(operation_id: int, *states: str, timeout: float = 120) -> Operation:
+    def reached():
+        op = Operation.objects.get(pk=operation_id)
+        return op if op.state in states else None
+
+    return wait_for(reached, timeout=timeout, interval=0.2, what=f"operation {operation_id} {states}")
+
+
+def steps(operation: Operation) -> list[str]:
+    return [s["step"] for s in operation.steps]
+
+
+def test_reassignment_with_throttle_then_preferred_leader_election(managed, api):
+    managed.worker()
+    topic = managed.create_topic(f"r-{uuid.uuid4().hex[:6]}", [[0, 1], [1, 2]])
+    plan = {"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [1]},
+        {"topic": topic, "partition": 1, "replicas": [2, 1], "log_dirs": ["any", "any"]},
+    ]}  # fmt: skip
+    created = propose(api, "oscar", kind="reassignment", cluster=managed.cluster.pk, plan=plan, throttle_bytes_per_s=10_000_000)
+    assert (created["kind"], created["state"], created["progress"]) == ("reassignment", "proposed", 0)
+    assert created["plan"] == {"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [1]}, {"topic": topic, "partition": 1, "replicas": [2, 1]},
+    ]}  # fmt: skip
+    rows = {r["partition"]: r for r in created["summary"]["partitions"]}
+    assert (rows[0]["removing"], rows[1]["adding"]) == ([0], [])
+    assert api("victor").post(f"/api/v1/operations/{created['id']}/approve/").status_code == 403
+
+    approved = api("oscar").post(f"/api/v1/operations/{created['id']}/approve/")
+    assert approved.status_code == 200 and approved.json()["state"] in ("approved", "running", "done")
+    op = wait_state(created["id"], "done", "failed")
+    assert op.state == "done", op.error
+    assert steps(op) == ["throttled", "submitted", "copied", "verified", "throttle removed"]
+    assert managed.replicas(topic) == {0: [1], 1: [2, 1]}
+    detail = api("victor").get(f"/api/v1/operations/{created['id']}/").json()
+    assert detail["progress"] == 100 and [s["step"] for s in detail["steps"]] == steps(op)
+    configs = {c.name: c.value for c in client_for(managed.cluster).topic_configs(topic)}
+    assert not configs.get("leader.replication.throttled.replicas")  # the throttle is gone
+    assert {a.action for a in AuditEntry.objects.filter(operation_id=created["id"])} >= {
+        "operation.propose", "operation.approve",
+    }  # fmt: skip
+
+    # partition 1's preferred replica is now broker 2, but broker 1 still leads it
+    election = propose(
+        api, "oscar", kind="preferred_leader_election", cluster=managed.cluster.pk,
+        partitions=[{"topic": topic, "partition": 1}],
+    )  # fmt: skip
+    assert election["summary"]["partitions"] == [{"topic": topic, "partition": 1, "leader": 1, "preferred": 2}]
+    api("oscar").post(f"/api/v1/operations/{election['id']}/approve/")
+    op = wait_state(election["id"], "done", "failed")
+    assert op.state == "done", op.error
+    leader = {p.partition: p.leader for p in client_for(managed.cluster).metadata(max_age_s=0).topic(topic).partitions}
+    assert leader[1] == 2
+
+
+def test_bad_proposals_are_refused_with_the_reason(managed, api):
+    topic = managed.create_topic(f"b-{uuid.uuid4().hex[:6]}", [[0]])
+    c = managed.cluster.pk
+    cases = [
+        ({"kind": "reassignment", "plan": {"partitions": [{"topic": topic, "partition": 0, "replicas": [7]}]}},
+         "plan", "[7] are not live"),
+        ({"kind": "reassignment", "plan": {"partitions": [{"topic": "nope", "partition": 0, "replicas": [1]}]}},
+         "plan", "nope-0 does not exist"),
+        ({"kind": "replication_factor", "topic": topic, "replication_factor": 4}, "plan", "needs 4 replicas"),
+        ({"kind": "failover", "broker": 1}, "broker", "broker 1 is alive"),
+        ({"kind": "teleport"}, "kind", "not a valid choice"),
+    ]  # fmt: skip
+    for body, field, message in cases:
+        response = api("oscar").post("/api/v1/operations/", {"cluster": c, **body}, format="json")
+        assert response.status_code == 400, (body, response.content)
+        assert message in str(response.json()[field]), response.json()
+    assert not Operation.objects.exists()
+    assert api("oscar").post("/api/v1/operations/", {"cluster": c, "kind": "decommission", "broker": 1}).status_code == 403
+
+
+def test_decommission_empties_stops_and_deregisters_a_broker(managed, api):
+    managed.worker()
+    cluster = managed.cluster
+    added = api("alice").post(f"/api/v1/clusters/{cluster.pk}/managed-brokers/", {}, format="json").json()
+    wait_brokers(cluster, "running", ids=[3], supervisor=managed.supervisor)
+    created = propose(api, "alice", kind="decommission", cluster=cluster.pk, broker=added["broker_id"])
+    assert created["plan"] == {"version": 1, "partitions": []}  # a new broker holds nothing
+    assert api("oscar").post(f"/api/v1/operations/{created['id']}/approve/").status_code == 403
+    api("alice").post(f"/api/v1/operations/{created['id']}/approve/")
+    op = wait_state(created["id"], "done", "failed")
+    assert op.state == "done", op.error
+    assert steps(op) == ["stopping", "deregistered"]
+    spec = broker_rows(cluster)[3]
+    assert (spec.state, spec.decommissioned, spec.pid) == ("stopped", True, None)
+    assert [k for k, _, _ in events(cluster, 3)][-2:] == ["stopping", "stopped"]
+    _, _, live = client_for(cluster).describe_cluster()
+    assert {b.id for b in live} == {0, 1, 2}
+    cluster.refresh_from_db()
+    assert f"127.0.0.1:{added['port']}" not in cluster.bootstrap_servers
+
+
+def test_a_killed_worker_is_resumed_by_another_without_a_second_submission_then_cancelled(managed, api):
+    """A move that cannot finish while the test looks (a replica to copy under a 1 byte/s throttle): the worker
+    running it is killed, another takes it over once the lease runs out, and cancelling reverts Kafka."""
+    first = managed.worker()
+    topic = managed.create_topic(f"k-{uuid.uuid4().hex[:6]}", [[0]])
+    producer_admin = client_for(managed.cluster).producer()
+    for i in range(200):
+        producer_admin.produce(topic, value=b"x" * 1000, key=str(i).encode())
+    producer_admin.flush(30)
+    created = propose(
+        api, "oscar", kind="reassignment", cluster=managed.cluster.pk, throttle_bytes_per_s=1,
+        plan={"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [1]}]},
+    )  # fmt: skip
+    assert created["summary"]["bytes_to_move"] > 0
+    api("oscar").post(f"/api/v1/operations/{created['id']}/approve/")
+    wait_for(lambda: "submitted" in steps(Operation.objects.get(pk=created["id"])), timeout=60, what="submitted")
+    first.kill()
+    managed.worker()
+    op = wait_for(
+        lambda: (o := Operation.objects.get(pk=created["id"])) and "resumed" in steps(o) and o, timeout=60,
+        what="resumed by the second worker",
+    )  # fmt: skip
+    assert op.state == "running"
+    assert steps(op).count("submitted") == 1
+    client = client_for(managed.cluster)
+    assert list(client.ongoing_reassignments([(topic, 0)])) == [(topic, 0)]
+
+    cancelled = api("oscar").post(f"/api/v1/operations/{created['id']}/cancel/")
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled", cancelled.content
+    assert "reverted" in [s["step"] for s in cancelled.json()["steps"]]
+    assert client.ongoing_reassignments([(topic, 0)]) == {}
+    wait_for(lambda: managed.replicas(topic) == {0: [0]}, timeout=30, what="replicas back to [0]")
+    assert api("oscar").post(f"/api/v1/operations/{created['id']}/cancel/").status_code == 409
