@@ -116,7 +116,9 @@ def events(cluster, broker_id: int) -> list[tuple[str, int | None, int | None]]:
     """(kind, pid, exit code) of a broker's supervisor events, oldest first."""
     from console.clusters.models import BrokerEvent
 
-    rows = BrokerEvent.objects.filter(broker__cluster=cluster, broker__broker_id=broker_id).order_by("at", "id")
+    rows = BrokerEvent.objects.filter(broker__cluster=cluster, broker__broker_id=broker_id).order_by(
+        "at", "id"
+    )
     return [(e.kind, e.pid, e.exit_code) for e in rows]
 
 

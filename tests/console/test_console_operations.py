@@ -14,7 +14,15 @@ from console.audit.models import AuditEntry
 from console.clusters.client import client_for, forget
 from console.operations.models import Operation
 from tests.console.conftest import wait_for
-from tests.console.managed import Supervise, Worker, broker_rows, events, provision, stop_everything, wait_brokers
+from tests.console.managed import (
+    Supervise,
+    Worker,
+    broker_rows,
+    events,
+    provision,
+    stop_everything,
+    wait_brokers,
+)
 
 LEASE_S = 3.0
 
@@ -46,7 +54,11 @@ def managed(settings, tmp_path, zookeeper, redis_url, transactional_db, api):
 
             def ready():
                 topic = client.metadata(max_age_s=0).topics.get(name)
-                return topic and all(p.leader >= 0 for p in topic.partitions) and len(topic.partitions) == len(assignment)
+                return (
+                    topic
+                    and all(p.leader >= 0 for p in topic.partitions)
+                    and len(topic.partitions) == len(assignment)
+                )
 
             wait_for(ready, timeout=60, what=f"topic {name} with leaders")
             return name
@@ -88,7 +100,14 @@ def test_reassignment_with_throttle_then_preferred_leader_election(managed, api)
         {"topic": topic, "partition": 0, "replicas": [1]},
         {"topic": topic, "partition": 1, "replicas": [2, 1], "log_dirs": ["any", "any"]},
     ]}  # fmt: skip
-    created = propose(api, "oscar", kind="reassignment", cluster=managed.cluster.pk, plan=plan, throttle_bytes_per_s=10_000_000)
+    created = propose(
+        api,
+        "oscar",
+        kind="reassignment",
+        cluster=managed.cluster.pk,
+        plan=plan,
+        throttle_bytes_per_s=10_000_000,
+    )
     assert (created["kind"], created["state"], created["progress"]) == ("reassignment", "proposed", 0)
     assert created["plan"] == {"version": 1, "partitions": [
         {"topic": topic, "partition": 0, "replicas": [1]}, {"topic": topic, "partition": 1, "replicas": [2, 1]},
@@ -116,11 +135,16 @@ def test_reassignment_with_throttle_then_preferred_leader_election(managed, api)
         api, "oscar", kind="preferred_leader_election", cluster=managed.cluster.pk,
         partitions=[{"topic": topic, "partition": 1}],
     )  # fmt: skip
-    assert election["summary"]["partitions"] == [{"topic": topic, "partition": 1, "leader": 1, "preferred": 2}]
+    assert election["summary"]["partitions"] == [
+        {"topic": topic, "partition": 1, "leader": 1, "preferred": 2}
+    ]
     api("oscar").post(f"/api/v1/operations/{election['id']}/approve/")
     op = wait_state(election["id"], "done", "failed")
     assert op.state == "done", op.error
-    leader = {p.partition: p.leader for p in client_for(managed.cluster).metadata(max_age_s=0).topic(topic).partitions}
+    leader = {
+        p.partition: p.leader
+        for p in client_for(managed.cluster).metadata(max_age_s=0).topic(topic).partitions
+    }
     assert leader[1] == 2
 
 
@@ -141,7 +165,12 @@ def test_bad_proposals_are_refused_with_the_reason(managed, api):
         assert response.status_code == 400, (body, response.content)
         assert message in str(response.json()[field]), response.json()
     assert not Operation.objects.exists()
-    assert api("oscar").post("/api/v1/operations/", {"cluster": c, "kind": "decommission", "broker": 1}).status_code == 403
+    assert (
+        api("oscar")
+        .post("/api/v1/operations/", {"cluster": c, "kind": "decommission", "broker": 1})
+        .status_code
+        == 403
+    )
 
 
 def test_decommission_empties_stops_and_deregisters_a_broker(managed, api):
@@ -180,7 +209,9 @@ def test_a_killed_worker_is_resumed_by_another_without_a_second_submission_then_
     )  # fmt: skip
     assert created["summary"]["bytes_to_move"] > 0
     api("oscar").post(f"/api/v1/operations/{created['id']}/approve/")
-    wait_for(lambda: "submitted" in steps(Operation.objects.get(pk=created["id"])), timeout=60, what="submitted")
+    wait_for(
+        lambda: "submitted" in steps(Operation.objects.get(pk=created["id"])), timeout=60, what="submitted"
+    )
     first.kill()
     managed.worker()
     op = wait_for(

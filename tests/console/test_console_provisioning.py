@@ -61,8 +61,12 @@ def test_provision_refuses_bad_input_and_creates_nothing(api, clusters_dir, body
 
 
 def test_provision_refuses_ports_of_another_cluster(api, clusters_dir):
-    assert api("alice").post("/api/v1/clusters/provision/", {"name": "a", "base_port": 33092}).status_code == 201
-    response = api("alice").post("/api/v1/clusters/provision/", {"name": "b", "base_port": 33094, "brokers": 2})
+    assert (
+        api("alice").post("/api/v1/clusters/provision/", {"name": "a", "base_port": 33092}).status_code == 201
+    )
+    response = api("alice").post(
+        "/api/v1/clusters/provision/", {"name": "b", "base_port": 33094, "brokers": 2}
+    )
     assert response.status_code == 409
     assert "port 33094 belongs to a/broker 2" in str(response.json())
     assert list(Cluster.objects.values_list("name", flat=True)) == ["a"]
@@ -70,7 +74,9 @@ def test_provision_refuses_ports_of_another_cluster(api, clusters_dir):
 
 def test_only_admins_provision_and_add_brokers(api, clusters_dir):
     assert api("oscar").post("/api/v1/clusters/provision/", {"name": "c"}).status_code == 403
-    cluster_id = api("alice").post("/api/v1/clusters/provision/", {"name": "c", "base_port": 34092}).json()["id"]
+    cluster_id = (
+        api("alice").post("/api/v1/clusters/provision/", {"name": "c", "base_port": 34092}).json()["id"]
+    )
     assert api("oscar").post(f"/api/v1/clusters/{cluster_id}/managed-brokers/", {}).status_code == 403
     response = api("alice").post(f"/api/v1/clusters/{cluster_id}/managed-brokers/", {}, format="json")
     assert response.status_code == 201

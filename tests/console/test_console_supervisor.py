@@ -49,7 +49,9 @@ def test_provisioned_cluster_runs_and_a_killed_broker_comes_back(supervised, api
     rows = wait_brokers(cluster, "running", supervisor=supervised)
     assert _registered(zookeeper, cluster) == {0, 1, 2}
     assert [rows[i].rack for i in range(3)] == ["a", "b", "a"]
-    properties = (supervised.log_path.parent / "clusters" / cluster.name / "broker-1" / "server.properties").read_text()
+    properties = (
+        supervised.log_path.parent / "clusters" / cluster.name / "broker-1" / "server.properties"
+    ).read_text()
     assert f"listeners=PLAINTEXT://127.0.0.1:{rows[1].port}\n" in properties
     assert "broker.rack=b\n" in properties
     assert f"zookeeper.connect={zookeeper.address}/odradek-{cluster.name}\n" in properties
@@ -57,7 +59,9 @@ def test_provisioned_cluster_runs_and_a_killed_broker_comes_back(supervised, api
 
     old_pid = rows[1].pid
     os.kill(old_pid, signal.SIGKILL)
-    wait_for(lambda: broker_rows(cluster)[1].state in ("exited", "starting"), timeout=5, what="the death seen")
+    wait_for(
+        lambda: broker_rows(cluster)[1].state in ("exited", "starting"), timeout=5, what="the death seen"
+    )
     assert ("exited", old_pid, -signal.SIGKILL) in events(cluster, 1)
     rows = wait_brokers(cluster, "running", ids=[1], supervisor=supervised)
     assert rows[1].pid != old_pid and pid_alive(rows[1].pid)
@@ -95,7 +99,9 @@ def test_a_restarted_supervisor_adopts_running_brokers_and_ctrl_c_stops_them(sup
 def test_adding_a_broker_starts_it(supervised, api, zookeeper):
     cluster = provision(api("alice"), f"m-{uuid.uuid4().hex[:6]}", brokers=1)
     wait_brokers(cluster, "running", supervisor=supervised)
-    response = api("alice").post(f"/api/v1/clusters/{cluster.pk}/managed-brokers/", {"rack": "r2"}, format="json")
+    response = api("alice").post(
+        f"/api/v1/clusters/{cluster.pk}/managed-brokers/", {"rack": "r2"}, format="json"
+    )
     assert response.status_code == 201, response.content
     assert response.json()["broker_id"] == 1
     wait_brokers(cluster, "running", ids=[1], supervisor=supervised)

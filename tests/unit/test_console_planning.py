@@ -62,14 +62,17 @@ def test_balanced_cluster_needs_no_plan():
 def test_plan_file_round_trip_and_errors():
     targets = {("a", 0): [1, 2], ("b", 3): [0]}
     assert planning.from_json(planning.to_json(targets)) == targets
-    document = {"version": 1, "partitions": [{"topic": "a", "partition": 0, "replicas": [1], "log_dirs": ["any"]}]}
+    document = {
+        "version": 1,
+        "partitions": [{"topic": "a", "partition": 0, "replicas": [1], "log_dirs": ["any"]}],
+    }
     assert planning.from_json(document) == {("a", 0): [1]}
     for bad, message in [
         ({"partitions": []}, "moves no partition"),
         ({"version": 2, "partitions": [{}]}, "version 2"),
         ({"partitions": [{"topic": "a", "partition": -1, "replicas": [1]}]}, "partition must be"),
         ({"partitions": [{"topic": "a", "partition": 0, "replicas": [1, 1]}]}, "lists a broker twice"),
-        ({"partitions": [{"topic": "a", "partition": 0, "replicas": [1], "log_dirs": ["/d"]}]}, "only \"any\""),
+        ({"partitions": [{"topic": "a", "partition": 0, "replicas": [1], "log_dirs": ["/d"]}]}, 'only "any"'),
         ([1], "a plan is"),
     ]:
         with pytest.raises(planning.PlanError, match=message):
