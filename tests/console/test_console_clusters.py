@@ -213,5 +213,8 @@ def test_openapi_schema_and_docs(client, db):
     assert schema.status_code == 200
     paths = schema.json()["paths"]
     assert "/api/v1/clusters/{cluster_id}/brokers/" in paths
+    assert {"post", "get"} <= set(paths["/api/v1/operations/"])
+    assert "post" in paths["/api/v1/operations/{operation_id}/approve/"]
+    assert "post" in paths["/api/v1/clusters/provision/"]
     docs = client.get("/api/v1/docs/")
     assert docs.status_code == 200 and b"swagger" in docs.content.lower()
