@@ -37,8 +37,9 @@ java:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless >/dev/null; }
 
-# Redis and the local cluster (if nothing answers on their ports), migrations, the admin user on the first run,
-# then the console on http://127.0.0.1:8000, a Celery worker and beat, until Ctrl-C.
+# Redis and ZooKeeper (if nothing answers on their ports), migrations, the admin user and the local three-broker
+# cluster on the first run, the supervisor running its brokers, the console on http://127.0.0.1:8000, a Celery
+# worker and beat, until Ctrl-C.
 up: install
 	$(PY) manage.py up
 

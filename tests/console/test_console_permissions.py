@@ -59,6 +59,9 @@ ENDPOINTS = [
     ("post", G + "reset-offsets/", {"to": "nowhere"}, Role.OPERATOR, 400),
     ("get", "/api/v1/operations/", None, Role.VIEWER, 200),
     ("get", "/api/v1/operations/99999/", None, Role.VIEWER, 404),
+    ("post", "/api/v1/operations/", {"kind": "teleport", "cluster": 1}, Role.OPERATOR, 400),
+    ("post", "/api/v1/operations/99999/approve/", {}, Role.OPERATOR, 404),
+    ("post", "/api/v1/operations/99999/cancel/", {}, Role.OPERATOR, 404),
     ("get", "/api/v1/audit/", None, Role.OPERATOR, 200),
 ]
 
