@@ -22,6 +22,10 @@ TOPIC_CONFIG_FIELDS = {
     "cleanup.policy": "cleanup_policy",
     "message.timestamp.type": "message_timestamp_type",
     "max.message.bytes": "max_message_bytes",
+    "delete.retention.ms": "delete_retention_ms",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
+    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
 }
 
 
@@ -40,6 +44,10 @@ class LogConfig:
     cleanup_policy: str = "delete"
     message_timestamp_type: str = "CreateTime"
     max_message_bytes: int = 1048588
+    delete_retention_ms: int = 86400000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = _LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
 
     @classmethod
     def from_topic_config(cls, effective: Mapping[str, str]) -> LogConfig:
@@ -54,11 +62,12 @@ class LogConfig:
             raw = effective.get(key)
             if raw is None:
                 continue
-            if types[name] in (int, "int"):
+            if types[name] in (int, "int", float, "float"):
+                number = float if types[name] in (float, "float") else int
                 try:
-                    values[name] = int(raw)
+                    values[name] = number(raw)
                 except ValueError:
-                    raise ValueError(f"{key}: expected an integer, got {raw!r}") from None
+                    raise ValueError(f"{key}: expected a number, got {raw!r}") from None
             else:
                 values[name] = str(raw)
         return cls(**values)  # type: ignore[arg-type]
@@ -71,3 +80,8 @@ class LogConfig:
     def deletes(self) -> bool:
         """Whether retention deletes segments (cleanup.policy contains 'delete')."""
         return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def compacts(self) -> bool:
+        """Whether the log cleaner compacts this log (cleanup.policy contains 'compact')."""
+        return "compact" in self.cleanup_policy.split(",")

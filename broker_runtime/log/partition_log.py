@@ -45,7 +45,8 @@ from broker_runtime.txn.producer_state import CorruptSnapshotError, ProducerStat
 log = logging.getLogger(__name__)
 
 SNAPSHOT_SUFFIX = ".snapshot"
-_LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+_LEFTOVER_SUFFIXES = (".tmp", ".deleted")
+_SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 
 
 @dataclass
@@ -159,6 +160,7 @@ class PartitionLog:
         for name in names:
             if name.endswith(_LEFTOVER_SUFFIXES):
                 self.fs.unlink(self.dir / name)
+        self._finish_interrupted_swaps()
         names = self.fs.listdir(self.dir)
         bases = sorted(b for n in names if n.endswith(".log") and (b := _offset_of(n)) is not None)
         for name in names:  # indexes whose log is gone would shadow a future segment with the same base
@@ -193,6 +195,53 @@ class PartitionLog:
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
         self._load_producer_state()
+
+    def _finish_interrupted_swaps(self) -> None:
+        """Kafka's LogLoader for a cleaning cut short: `.cleaned` files are deleted, and so are `.swap` files at
+        or above the lowest `.cleaned` one (their swap had not begun); the remaining `.swap` files are complete
+        cleaned segments, so the segments they cover are deleted and they take their final names."""
+        names = self.fs.listdir(self.dir)
+        cleaned = [b for n in names if n.endswith(".cleaned") and (b := _offset_of(n)) is not None]
+        lowest_cleaned = min(cleaned, default=2**63)
+        for name in names:
+            base = _offset_of(name)
+            if name.endswith(".cleaned") or (
+                name.endswith(".swap") and (base is None or base >= lowest_cleaned)
+            ):
+                self.fs.unlink(self.dir / name)
+        swaps = [n for n in self.fs.listdir(self.dir) if n.endswith(".swap")]
+        covered: list[tuple[int, int]] = []
+        for name in swaps:
+            base = _offset_of(name)
+            if base is not None and name.endswith(".log.swap"):
+                end, position = base, 0
+                handle = self.fs.open(self.dir / name, create=False)
+                try:
+                    size = self.fs.size(handle)
+                    while position + HEADER.size <= size:  # the swap file was fsynced whole before its rename
+                        header = BatchHeader(
+                            position, *HEADER.unpack_from(self.fs.pread(handle, HEADER.size, position))
+                        )
+                        end, position = header.next_offset, position + header.size
+                finally:
+                    self.fs.close(handle)
+                covered.append((base, max(end, base + 1)))
+        if not swaps:
+            return
+        low, high = min((b for b, _ in covered), default=0), max((e for _, e in covered), default=0)
+        for name in self.fs.listdir(self.dir):
+            base = _offset_of(name)
+            if base is not None and low <= base < high and name.endswith(_SEGMENT_SUFFIXES):
+                log.info(
+                    "%s: deleting %s, replaced by a cleaned segment whose swap was interrupted",
+                    self.name,
+                    name,
+                )
+                self.fs.unlink(self.dir / name)
+        for name in swaps:
+            log.info("%s: finishing the interrupted swap of %s", self.name, name)
+            self.fs.rename(self.dir / name, self.dir / name.removesuffix(".swap"))
+        self.fs.fsync_dir(self.dir)
 
     def _recover_from(self, recovery_point: int) -> None:
         """Kafka's recoverLog: re-validate every segment from the one holding the recovery point."""
@@ -600,6 +649,40 @@ class PartitionLog:
         latest = self._snapshot_offsets()[-1:] or [None]
         self._delete_snapshots(lambda o: o < self.segments[0].base_offset and o != latest[0])
         return removed
+
+    # --- compaction --------------------------------------------------------------------------------------
+
+    @_storage_operation
+    def replace_segments(self, old: list[LogSegment], base_offset: int) -> list[LogSegment]:
+        """Swap in the cleaned segment written as `<base_offset>.*.cleaned` for the consecutive, non-active
+        segments `old` (Kafka's replaceSegments): `.cleaned` -> `.swap`, the old files -> `.deleted`, `.swap` ->
+        final names; a crash at any step leaves files that loading turns into the old or the new segments
+        (`_finish_interrupted_swaps`). Returns `old`, still open: the caller fsyncs the directory, closes them
+        and deletes their `.deleted` files. Raises ValueError, renaming nothing, when `old` are no longer the
+        log's (truncated or deleted meanwhile)."""
+        first = next((i for i, s in enumerate(self.segments) if s is old[0]), None) if old else None
+        if (
+            first is None
+            or self.segments[first : first + len(old)] != old
+            or first + len(old) >= len(self.segments)
+        ):
+            raise ValueError(f"{self.name}: the cleaned segments are no longer the log's")
+
+        def rename(base: int, old_suffix: str, new_suffix: str) -> None:
+            for suffix in _SEGMENT_SUFFIXES:
+                path = self.dir / (file_name(base, suffix) + old_suffix)
+                if self.fs.exists(path):
+                    self.fs.rename(path, self.dir / (file_name(base, suffix) + new_suffix))
+
+        rename(base_offset, ".cleaned", ".swap")
+        for segment in old:
+            rename(segment.base_offset, "", ".deleted")
+        rename(base_offset, ".swap", "")
+        new = LogSegment.open(self.fs, self.dir, base_offset, self.config, self.clock.time_ms())
+        self.segments[first : first + len(old)] = [new]
+        self._bases = [s.base_offset for s in self.segments]
+        self._dir_changes += 1
+        return old
 
     # --- durability --------------------------------------------------------------------------------------
 
