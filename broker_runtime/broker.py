@@ -11,6 +11,7 @@ and pipelined produce requests must be appended in arrival order.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -43,6 +44,7 @@ from broker_runtime.config import (
 )
 from broker_runtime.errors import KafkaError
 from broker_runtime.group.runtime import GroupCoordinatorRuntime
+from broker_runtime.log.cleaner import CleanerConfig, LogCleaner
 from broker_runtime.log.config import LogConfig
 from broker_runtime.log.fs import FileSystem, RealFileSystem
 from broker_runtime.log.log_manager import LogDirError, LogManager, NewLog, StorageJob
@@ -118,6 +120,7 @@ class Broker:
         self.dispatcher = Dispatcher(self, *_handler_table())
         self._listener: Listener | None = None
         self._housekeeping: list[asyncio.Task] = []
+        self.log_cleaner: LogCleaner | None = None
         self._producer_ids = iter(())
         self.group_coordinator = None
         self._produce_policies: dict[str, ProducePolicy] = {}
@@ -135,6 +138,7 @@ class Broker:
         if self.member is not None:
             await self.member.connect()  # the cluster id and the configs the logs load with
         self.log_manager.startup(self.broker_id, self.metadata.cluster_id)
+        self._start_cleaner()
         if self.member is not None:
             await self._start_listening()
             await self.member.join()  # the controller tells this broker what to lead and follow
@@ -200,6 +204,11 @@ class Broker:
             )
 
     def _on_broker_config_change(self, key: str) -> None:
+        if key.startswith("log.cleaner.") and self.log_cleaner is not None:
+            # Kafka restarts its cleaner threads with the new settings; joining them must not block the loop.
+            asyncio.get_running_loop().run_in_executor(
+                None, self.log_cleaner.reconfigure, self._cleaner_config()
+            )
         if key in ("advertised.listeners", "listeners"):
             self._set_advertised()
             if self.member is not None:
@@ -217,6 +226,8 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)
         await self._stop_coordinators()
+        if self.log_cleaner is not None:  # its threads finish a swap on this loop, so they are joined off it
+            await asyncio.get_running_loop().run_in_executor(None, self.log_cleaner.shutdown)
         await self.replica_manager.finish_appends()
         self.record_workers.shutdown()
         while self._operations:  # admin operations and storage jobs finish what they started
@@ -274,6 +285,40 @@ class Broker:
             self.halt(f"the log dir holding the cluster metadata, {log_dir}, failed")
         elif not self.log_manager.live_dirs:
             self.halt(f"every log dir failed ({', '.join(map(str, self.log_dirs))})")
+
+    # --- the log cleaner ----------------------------------------------------------------------------------------
+
+    def _cleaner_config(self) -> CleanerConfig:
+        return CleanerConfig.from_broker(lambda key: self.config[key])
+
+    def _start_cleaner(self) -> None:
+        """Cleaner threads compact the logs of compacted topics; they come to the event loop only to pick a log
+        and to swap cleaned segments in (a few renames), see log/cleaner.py."""
+        loop = asyncio.get_running_loop()
+
+        def run_on_loop(fn: Callable[[], T]) -> T:
+            done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+            def call() -> None:
+                try:
+                    done.set_result(fn())
+                except BaseException as error:  # handed to the cleaner thread
+                    done.set_exception(error)
+
+            loop.call_soon_threadsafe(call)
+            return done.result()
+
+        def high_watermark(key: tuple[str, int]) -> int | None:
+            partition = self.replica_manager.get_partition(*key)
+            return partition.high_watermark if partition is not None else 0
+
+        self.log_cleaner = LogCleaner(
+            self.fs, self.clock, self._cleaner_config(), logs=self.log_manager.logs_with_dirs,
+            high_watermark=high_watermark, run_on_owner=run_on_loop,
+            on_io_error=self.log_manager.handle_dir_failure, log_dirs=self.log_manager.live_dirs,
+        )  # fmt: skip
+        self.log_manager.cleaning = self.log_cleaner.in_progress
+        self.log_cleaner.start()
 
     def halt(self, reason: str) -> None:
         """Stop serving at once and exit without a clean shutdown (`python -m broker_runtime` exits 1)."""

@@ -27,7 +27,7 @@ Deliberate choices (Odradek):
   Kafka 3.9 broker key belongs to a feature Odradek does not build (TLS, SASL, KRaft, tiered storage, quotas,
   share groups...): it is refused with the feature named (`UNBUILT_BROKER_CONFIGS`), at start and through
   AlterConfigs and IncrementalAlterConfigs alike.
-* Keys Odradek accepts but does not act on (thread counts, socket tuning, cluster, replication, cleaner and
+* Keys Odradek accepts but does not act on (thread counts, socket tuning, cluster, replication and
   transaction settings...) carry the reason in ``ConfigDef.no_effect``; setting one logs a WARNING.
 * Which broker keys are dynamic (and per broker only) follows Kafka's DynamicBrokerConfig, ``listeners`` and
   ``advertised.listeners`` included; the running broker refuses a dynamic change it cannot apply
@@ -419,7 +419,6 @@ CLEANUP_POLICIES = ("delete", "compact")
 TIERED_STORAGE = "tiered storage is not built"
 CLUSTERS = "ZooKeeper clusters are not built yet"
 REPLICATION = "replication is not built yet"
-COMPACTION = "log compaction is not built (no cleaner runs)"
 TRANSACTIONS = "transactions are not built"
 
 # fmt: off
@@ -682,12 +681,6 @@ _NO_EFFECT_BROKER: dict[str, tuple[str, ...]] = {
         "follower.replication.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second",
         "num.replica.alter.log.dirs.threads",
     ),
-    COMPACTION: (
-        "log.cleaner.enable", "log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size",
-        "log.cleaner.io.buffer.load.factor", "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms",
-        "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
-        "log.cleaner.min.cleanable.ratio",
-    ),
     TRANSACTIONS: (
         "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
         "transaction.state.log.num.partitions", "transaction.state.log.segment.bytes",
@@ -728,7 +721,6 @@ _NO_EFFECT_BROKER: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 _NO_EFFECT_TOPIC: dict[str, tuple[str, ...]] = {
-    COMPACTION: ("delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms", "min.cleanable.dirty.ratio"),
     REPLICATION: ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas"),
     CLUSTERS: ("unclean.leader.election.enable",),
     "a recompressing topic uses each codec's default level": (

@@ -166,6 +166,8 @@ class LogManager:
         self.offline_dirs: set[Path] = set()
         self._offline_partitions: set[Key] = set()
         self.on_dir_failure: Callable[[Path, list[Key]], None] | None = None  # (dir, its partitions)
+        # Logs a cleaner thread is compacting: retention leaves them to the next pass (the log cleaner's set).
+        self.cleaning: set[Key] = set()
 
     # --- startup -----------------------------------------------------------------------------------------
 
@@ -318,6 +320,9 @@ class LogManager:
 
     def logs(self) -> dict[Key, PartitionLog]:
         return dict(self._logs)
+
+    def logs_with_dirs(self) -> dict[Key, tuple[PartitionLog, Path]]:
+        return {key: (plog, self._log_dir_of[key]) for key, plog in self._logs.items()}
 
     def get_log(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))
@@ -596,6 +601,8 @@ class LogManager:
         checkpoints of the dirs that changed. `finish` returns how many segments were deleted."""
         removed: list[tuple[Path, LogSegment]] = []
         for key, partition_log in list(self._logs.items()):
+            if key in self.cleaning:
+                continue
             hw = None if high_watermarks is None else high_watermarks.get(key)
             try:
                 segments = partition_log.delete_old_segments(now_ms, hw)

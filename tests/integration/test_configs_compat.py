@@ -116,11 +116,11 @@ def test_settings_without_effect_are_logged(broker_factory, clients, helpers):
     assert "socket.send.buffer.bytes set but without effect" in text
     admin = clients.confluent_admin(broker.bootstrap)
     name = helpers.make_topic_name("no-effect")
-    topic = NewTopic(name, 1, 1, config={"min.compaction.lag.ms": "1000", "retention.ms": "100000"})
+    topic = NewTopic(name, 1, 1, config={"preallocate": "true", "retention.ms": "100000"})
     admin.create_topics([topic], request_timeout=TIMEOUT)[name].result(timeout=TIMEOUT)
     # Logged before the topic is created, so before the response (the broker's output is unbuffered).
     text = broker.log_text()
-    assert f"topic {name}: min.compaction.lag.ms set but without effect: log compaction is not built" in text
+    assert f"topic {name}: preallocate set but without effect: segment files are not preallocated" in text
     assert "retention.ms set but without effect" not in text
 
 
