@@ -158,12 +158,10 @@ class Supervisor:
     def __init__(
         self,
         *,
-        out: Callable[[str], None] = lambda line: None,
         tick_s: float = 0.25,
         health_interval_s: float = 1.0,
         stop_timeout_s: float = 60.0,
     ) -> None:
-        self.out = out
         self.tick_s = tick_s
         self.health_interval_s = health_interval_s
         self.stop_timeout_s = stop_timeout_s
@@ -231,7 +229,6 @@ class Supervisor:
             tracked.pid, tracked.popen, tracked.healthy_since = None, None, None
             self._set(broker, BrokerState.EXITED, pid=None, last_exit_code=code)
             self._event(broker, "exited", pid=pid, exit_code=code, detail=detail)
-            self.out(f"broker {broker}: exited with code {code if code is not None else 'unknown'}; {detail}")
             return
         if now >= tracked.next_check:
             tracked.next_check = now + self.health_interval_s
@@ -264,7 +261,6 @@ class Supervisor:
             fields["restarts"] = broker.restarts
         self._set(broker, BrokerState.STARTING, **fields)
         self._event(broker, "restarted" if restarted else "started", pid=popen.pid)
-        self.out(f"broker {broker}: {'restarted' if restarted else 'started'} (pid {popen.pid})")
 
     def _check(self, broker: ManagedBroker, tracked: Tracked, now: float) -> None:
         answering = api_versions_ready(broker.host, broker.port)
@@ -308,7 +304,6 @@ class Supervisor:
             self._set(broker, BrokerState.STOPPED, pid=None, last_exit_code=code)
             if pid is not None:
                 self._event(broker, "stopped", pid=pid, exit_code=code)
-                self.out(f"broker {broker}: stopped (exit code {code})")
             return
         now = time.monotonic()
         if tracked.stop_sent_at is None:
@@ -335,7 +330,7 @@ class Supervisor:
         for tracked in running.values():
             self._signal(tracked.pid, signal.SIGTERM)
         if running:
-            self.out(f"stopping {len(running)} broker(s) (controlled shutdown)")
+            log.info("stopping %d broker(s) (controlled shutdown)", len(running))
         self._wait(list(running.values()))
         for broker in ManagedBroker.objects.filter(pk__in=running).select_related("cluster"):
             code = running[broker.pk].exit_code()[1]
@@ -375,4 +370,7 @@ class Supervisor:
         BrokerEvent.objects.create(
             broker=broker, kind=kind, pid=pid, exit_code=exit_code, detail=detail[:500]
         )
-        log.info("broker %s: %s %s", broker, kind, detail)
+        extra = [f"pid {pid}"] if pid else []
+        if exit_code is not None:
+            extra.append(f"exit code {exit_code}")
+        log.info("broker %s: %s %s %s", broker, kind, ", ".join(extra), detail)

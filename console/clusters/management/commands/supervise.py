@@ -31,11 +31,7 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
-        supervisor = Supervisor(
-            out=lambda line: self.stdout.write(line + "\n"),
-            health_interval_s=health_interval,
-            stop_timeout_s=stop_timeout,
-        )
+        supervisor = Supervisor(health_interval_s=health_interval, stop_timeout_s=stop_timeout)
         self.stdout.write("supervisor: running (Ctrl-C stops the brokers)\n")
         supervisor.run(lambda: stopping)
         self.stdout.write("supervisor: stopped\n")
