@@ -47,7 +47,18 @@ urlpatterns = [
     path("clusters/", cluster_views.cluster_list, name="clusters"),
     path("clusters/<int:cluster_id>/", include(cluster_pages)),
     path("operations/", operation_views.operation_list, name="operations"),
+    path("operations/new/", operation_views.operation_new, name="operation_new"),
     path("operations/<int:operation_id>/", operation_views.operation_detail, name="operation"),
+    path(
+        "operations/<int:operation_id>/approve/",
+        require_POST(operation_views.operation_approve),
+        name="operation_approve",
+    ),
+    path(
+        "operations/<int:operation_id>/cancel/",
+        require_POST(operation_views.operation_cancel),
+        name="operation_cancel",
+    ),
     path("audit/", audit_views.audit_list, name="audit"),
     path("api/v1/", include("console.api_urls")),
     path("django-admin/", admin.site.urls),

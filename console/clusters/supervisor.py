@@ -6,7 +6,8 @@ Every tick it reads the broker specs of managed clusters and makes the processes
   its own session, output to broker.log, its pid in broker.pid), or adopted if broker.pid names a live process
   running that same properties file (the supervisor was restarted: no duplicate is started);
 - a running broker is checked every `health_interval_s`: ApiVersions on its listener and its registration
-  /brokers/ids/<id> in ZooKeeper (kazoo); a broker that passed and then fails twice in a row is unhealthy;
+  /brokers/ids/<id> in ZooKeeper (kazoo), created after the process started (a killed broker's registration
+  outlives it until its session expires); a broker that passed and then fails twice in a row is unhealthy;
 - a broker whose process ended is started again after a backoff (0.5 s, doubling to 30 s; back to 0.5 s once it
   has been healthy for a minute);
 - a broker that should not run (stopped, decommissioned, or its cluster deleted) gets SIGTERM, which is the
@@ -47,6 +48,8 @@ MAX_BACKOFF_S = 30.0
 STABLE_AFTER_S = 60.0
 #: Health checks a running broker may fail in a row before it is unhealthy.
 FAILED_CHECKS = 2
+#: ZooKeeper's clock and ours may differ a little on one machine.
+CLOCK_SLACK_S = 1.0
 
 
 def answers(host: str, port: int, timeout: float = 0.5) -> bool:
@@ -78,8 +81,10 @@ class Registrations:
     def __init__(self) -> None:
         self._clients: dict[str, object] = {}
 
-    def registered(self, zookeeper_connect: str, broker_id: int) -> bool | None:
-        """True/False, or None when ZooKeeper does not answer."""
+    def registered(self, zookeeper_connect: str, broker_id: int, since: float) -> bool | None:
+        """True if /brokers/ids/<id> exists and was created at or after `since` (epoch seconds: a registration
+        older than the process is the previous process's, alive until its session expires); None when
+        ZooKeeper does not answer."""
         from kazoo.client import KazooClient
         from kazoo.exceptions import KazooException
         from kazoo.handlers.threading import KazooTimeoutError
@@ -92,7 +97,8 @@ class Registrations:
                 client.start(timeout=5.0)
                 self._clients[hosts] = client
             path = f"/{chroot}/brokers/ids/{broker_id}" if chroot else f"/brokers/ids/{broker_id}"
-            return client.exists(path) is not None
+            stat = client.exists(path)
+            return stat is not None and stat.ctime / 1000 >= since - CLOCK_SLACK_S
         except (KazooException, KazooTimeoutError) as exc:
             log.warning("ZooKeeper %s: %s", hosts, exc)
             return None
@@ -112,6 +118,7 @@ class Tracked:
     pid: int | None = None
     popen: subprocess.Popen | None = None
     started: float = 0.0  # monotonic
+    started_epoch: float = 0.0  # wall clock, to tell this process's ZooKeeper registration from an older one
     healthy_since: float | None = None
     ever_healthy: bool = False
     failed_checks: int = 0
@@ -204,7 +211,7 @@ class Supervisor:
             adopted = _adoptable(broker)
             if adopted is not None:
                 pid, created = adopted
-                self.tracked[broker.pk] = Tracked(pid=pid, started=now)
+                self.tracked[broker.pk] = Tracked(pid=pid, started=now, started_epoch=created)
                 started_at = dt.datetime.fromtimestamp(created, tz=dt.UTC)
                 self._set(broker, BrokerState.STARTING, pid=pid, started_at=started_at)
                 self._event(broker, "adopted", pid=pid, detail="already running (from its pid file)")
@@ -252,6 +259,7 @@ class Supervisor:
         pid_file(broker).write_text(f"{popen.pid}\n")
         now = time.monotonic()
         tracked.pid, tracked.popen, tracked.started = popen.pid, popen, now
+        tracked.started_epoch = time.time()
         tracked.restart_at, tracked.healthy_since, tracked.failed_checks = None, None, 0
         tracked.ever_healthy, tracked.next_check = False, now + 0.2
         self.tracked[broker.pk] = tracked
@@ -264,7 +272,9 @@ class Supervisor:
 
     def _check(self, broker: ManagedBroker, tracked: Tracked, now: float) -> None:
         answering = api_versions_ready(broker.host, broker.port)
-        registered = self.registrations.registered(broker.cluster.zookeeper_connect, broker.broker_id)
+        registered = self.registrations.registered(
+            broker.cluster.zookeeper_connect, broker.broker_id, tracked.started_epoch
+        )
         if answering and registered:
             tracked.failed_checks = 0
             if tracked.healthy_since is None:

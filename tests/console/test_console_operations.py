@@ -7,72 +7,11 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
-from kafka.admin import NewTopic
-
 from console.audit.models import AuditEntry
-from console.clusters.client import client_for, forget
+from console.clusters.client import client_for
 from console.operations.models import Operation
 from tests.console.conftest import wait_for
-from tests.console.managed import (
-    Supervise,
-    Worker,
-    broker_rows,
-    events,
-    provision,
-    stop_everything,
-    wait_brokers,
-)
-
-LEASE_S = 3.0
-
-
-@pytest.fixture
-def managed(settings, tmp_path, zookeeper, redis_url, transactional_db, api):
-    clusters_dir = tmp_path / "clusters"
-    settings.CONSOLE_CLUSTERS_DIR = clusters_dir
-    settings.CONSOLE_ZOOKEEPER = zookeeper.address
-    settings.CONSOLE_OPERATIONS_QUEUE = queue = f"ops-{uuid.uuid4().hex[:8]}"
-    supervisor = Supervise(tmp_path / "supervise.log").start()
-    workers: list[Worker] = []
-
-    class Managed:
-        def __init__(self):
-            self.supervisor = supervisor
-            self.cluster = provision(api("alice"), f"o-{uuid.uuid4().hex[:6]}", brokers=3)
-            wait_brokers(self.cluster, "running", supervisor=supervisor)
-
-        def worker(self) -> Worker:
-            worker = Worker(tmp_path / "worker.log", redis_url, queue, LEASE_S).start()
-            workers.append(worker)
-            return worker
-
-        def create_topic(self, name: str, assignment: list[list[int]]) -> str:
-            client = client_for(self.cluster)
-            topic = NewTopic(name, -1, -1, replica_assignments=dict(enumerate(assignment)))
-            client._kafka_python_admin().create_topics([topic])
-
-            def ready():
-                topic = client.metadata(max_age_s=0).topics.get(name)
-                return (
-                    topic
-                    and all(p.leader >= 0 for p in topic.partitions)
-                    and len(topic.partitions) == len(assignment)
-                )
-
-            wait_for(ready, timeout=60, what=f"topic {name} with leaders")
-            return name
-
-        def replicas(self, topic: str) -> dict[int, list[int]]:
-            md = client_for(self.cluster).metadata(max_age_s=0)
-            return {p.partition: list(p.replicas) for p in md.topic(topic).partitions}
-
-    made = Managed()
-    yield made
-    forget(made.cluster)
-    for worker in workers:
-        worker.stop()
-    stop_everything(supervisor, clusters_dir)
+from tests.console.managed import broker_rows, events, managed_fixture, wait_brokers  # noqa: F401  (fixture)
 
 
 def propose(api, persona: str, **body) -> dict:

@@ -79,3 +79,10 @@ def state_badge(state: str) -> str:
 @register.filter
 def pct(part: float, whole: float) -> int:
     return round(100 * part / whole) if whole else 0
+
+
+@register.filter
+def json_pretty(value) -> str:
+    import json
+
+    return json.dumps(value, indent=2, sort_keys=True)
