@@ -34,6 +34,13 @@ class ClusterPatch(serializers.Serializer):
     name = serializers.SlugField(max_length=64, required=False)
     bootstrap_servers = serializers.CharField(max_length=500, required=False)
     zookeeper_connect = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    failover_grace_s = serializers.IntegerField(
+        min_value=1,
+        required=False,
+        allow_null=True,
+        help_text="Seconds a broker may stay missing before a failover moves its replicas (null: never).",
+    )
+    failover_on_return = serializers.ChoiceField(choices=["empty", "rebalance"], required=False)
 
 
 class BrokerEventOut(serializers.Serializer):

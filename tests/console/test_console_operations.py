@@ -5,6 +5,8 @@ Each test provisions its own cluster (the test database is flushed between tests
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid
 
 from console.audit.models import AuditEntry
@@ -168,3 +170,43 @@ def test_a_killed_worker_is_resumed_by_another_without_a_second_submission_then_
     assert client.ongoing_reassignments([(topic, 0)]) == {}
     wait_for(lambda: managed.replicas(topic) == {0: [0]}, timeout=30, what="replicas back to [0]")
     assert api("oscar").post(f"/api/v1/operations/{created['id']}/cancel/").status_code == 409
+
+
+def test_a_broker_dead_past_the_grace_period_gets_a_failover(managed, api):
+    """The failover watch (beat's `watch_brokers`, called here as beat calls it) sees broker 2 missing, and once
+    the grace period has passed proposes and starts a failover whose plan gives every partition of broker 2 a
+    replica elsewhere, keeping its replication factor."""
+    from console.operations.tasks import watch_cluster
+
+    managed.worker()
+    cluster = managed.cluster
+    patched = api("alice").patch(f"/api/v1/clusters/{cluster.pk}/", {"failover_grace_s": 2}, format="json")
+    assert patched.status_code == 200 and patched.json()["failover_grace_s"] == 2
+    topic = managed.create_topic(f"f-{uuid.uuid4().hex[:6]}", [[0, 2], [2, 1], [1, 0]])
+    dead = broker_rows(cluster)[2]
+    type(dead).objects.filter(pk=dead.pk).update(should_run=False)  # the supervisor must not restart it
+    os.kill(dead.pid, signal.SIGKILL)
+    client = client_for(cluster)
+    wait_for(lambda: 2 not in {b.id for b in client.describe_cluster()[2]}, timeout=60, what="broker 2 gone")
+
+    def failover_started():
+        cluster.refresh_from_db()
+        watch_cluster(cluster)
+        return Operation.objects.filter(cluster=cluster, kind="failover").first()
+
+    op = wait_for(failover_started, timeout=60, interval=0.5, what="a failover")
+    assert op.created_by is None and op.params["broker"] == 2
+    assert "2" in cluster.missing_brokers
+    targets = {(p["topic"], p["partition"]): p["replicas"] for p in op.params["plan"]["partitions"]}
+    assert set(targets) == {(topic, 0), (topic, 1)}  # partition 2 never lived on broker 2
+    assert all(len(r) == 2 and 2 not in r for r in targets.values())
+    op = wait_for(
+        lambda: (o := Operation.objects.get(pk=op.pk)) and "submitted" in steps(o) and o, timeout=60,
+        what="failover submitted",
+    )  # fmt: skip
+    assert steps(op)[:2] == ["confirmed dead", "submitted"]
+    assert watch_cluster(cluster) is None  # one failover per missing broker
+    assert AuditEntry.objects.filter(operation=op, action="operation.propose", username="anonymous").exists()
+    # The new replicas copy from the surviving ones (replication between brokers); cancelling reverts them.
+    assert set(client.ongoing_reassignments(sorted(targets))) <= set(targets)
+    assert api("oscar").post(f"/api/v1/operations/{op.pk}/cancel/").status_code == 200
