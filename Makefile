@@ -53,6 +53,7 @@ test: install
 bench: install
 	$(PY) bench/run.py
 	$(PY) bench/jobs_bench.py
+	$(PY) bench/cleaner_bench.py
 	$(PY) bench/console.py
 
 # The three PySpark reports against a running cluster, into var/reports/<report>/<time>/.
