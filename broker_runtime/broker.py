@@ -204,10 +204,10 @@ class Broker:
             )
 
     def _on_broker_config_change(self, key: str) -> None:
-        if key.startswith("log.cleaner.") and self.log_cleaner is not None:
+        if self.log_cleaner is not None and self._cleaner_config() != self.log_cleaner.config:
             # Kafka restarts its cleaner threads with the new settings; joining them must not block the loop.
             asyncio.get_running_loop().run_in_executor(
-                None, self.log_cleaner.reconfigure, self._cleaner_config()
+                None, self.log_cleaner.reconfigure, self._cleaner_config
             )
         if key in ("advertised.listeners", "listeners"):
             self._set_advertised()

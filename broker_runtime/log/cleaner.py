@@ -780,6 +780,8 @@ class LogCleaner:
         self._checkpoints: dict[Path, dict[Key, int]] = {}
         self._checkpoint_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._lifecycle = threading.Lock()  # reconfigurations and the shutdown one at a time
+        self._closed = False
         self._stop = threading.Event()
         self._wake = threading.Event()
         self.passes = 0  # cleanings finished, for tests and metrics
@@ -812,18 +814,27 @@ class LogCleaner:
             thread.start()
 
     def shutdown(self) -> None:
-        """Stop the threads (a pass under way is abandoned, its .cleaned files removed) and wait for them."""
+        """Stop the threads (a pass under way is abandoned, its .cleaned files removed) and wait for them; no
+        reconfiguration starts them again."""
+        with self._lifecycle:
+            self._closed = True
+            self._stop_threads()
+
+    def _stop_threads(self) -> None:
         self._stop.set()
         self._wake.set()
         for thread in self._threads:
             thread.join()
         self._threads = []
 
-    def reconfigure(self, config: CleanerConfig) -> None:
-        """A dynamic log.cleaner.* change: restart the threads with the new settings, as Kafka does."""
-        self.shutdown()
-        self.config = config
-        self.start()
+    def reconfigure(self, config: Callable[[], CleanerConfig]) -> None:
+        """A dynamic log.cleaner.* change: restart the threads with the settings `config()` gives then (changes
+        made meanwhile included), as Kafka does."""
+        with self._lifecycle:
+            if not self._closed and config() != self.config:
+                self._stop_threads()
+                self.config = config()
+                self.start()
 
     def wake(self) -> None:
         """Look for work now rather than after log.cleaner.backoff.ms."""

@@ -328,3 +328,36 @@ def test_throttler_sleeps_through_the_clock(clock):
     for _ in range(10):
         throttler.maybe_throttle(500)  # 5000 bytes at 1000 B/s: about 5 s of sleeping
     assert 4000 <= sum(slept) <= 5000
+
+
+def test_cleaner_threads_clean_and_restart_with_new_settings(fs, clock):
+    import threading
+    import time
+
+    plog = open_log(fs, clock)
+    history = fill(plog, rounds=10)
+    lock = threading.Lock()  # the test's "event loop": one owner step at a time
+
+    def on_owner(fn):
+        with lock:
+            return fn()
+
+    cleaner = LogCleaner(fs, clock, CleanerConfig(backoff_ms=10), logs=lambda: {KEY: (plog, LOG_DIR)},
+                         high_watermark=lambda key: None, run_on_owner=on_owner, on_io_error=lambda *a: None,
+                         log_dirs=[LOG_DIR])  # fmt: skip
+    cleaner.start()
+    try:
+        deadline = time.monotonic() + 30
+        while cleaner.passes < 1:
+            assert time.monotonic() < deadline, "no pass by the cleaner thread"
+            time.sleep(0.01)
+        cleaner.reconfigure(lambda: CleanerConfig(threads=2, backoff_ms=10))
+        threads = list(cleaner._threads)
+        assert len(threads) == 2 and all(t.is_alive() for t in threads)
+    finally:
+        cleaner.shutdown()
+    assert not any(t.is_alive() for t in threads)
+    cleaner.reconfigure(lambda: CleanerConfig(threads=3))  # after the shutdown: nothing starts
+    assert cleaner._threads == []
+    with lock:
+        assert contents(plog) == sorted((o, k, v) for k, (o, v) in latest_values(history).items())
