@@ -90,6 +90,14 @@ def propose(cluster: Cluster, kind: str, request: dict[str, Any]) -> dict[str, A
                     f"broker {broker} is alive: decommission it to move its replicas away", field="broker"
                 )
             scope = [tp for tp, rs in assignment.items() if broker in rs]
+            if (
+                kind == "failover"
+            ):  # restore what can be restored; a partition wider than the live brokers waits
+                eligible = len(set(racks) - {broker})
+                params["not_restorable"] = [
+                    f"{t}-{p}" for t, p in sorted(scope) if len(assignment[(t, p)]) > eligible
+                ]
+                scope = [tp for tp in scope if len(assignment[tp]) <= eligible]
             targets = planning.plan(assignment, racks, sizes, scope=scope, exclude=[broker])
             params["broker"] = broker
     except planning.PlanError as exc:
