@@ -51,6 +51,7 @@ from broker_runtime.log.log_manager import LogDirError, LogManager, NewLog, Stor
 from broker_runtime.log.partition_log import PartitionLog
 from broker_runtime.protocol.records import record_scan_is_compiled, require_native_crc32c
 from broker_runtime.replication.partition import Partition
+from broker_runtime.replication.quota import ReplicationQuota
 from broker_runtime.replication.replica_manager import ReplicaManager
 from broker_runtime.server.dispatch import Dispatcher
 from broker_runtime.server.listener import Listener
@@ -116,7 +117,10 @@ class Broker:
             self.log_dirs, self.clock, self.fs, config_for_topic=self._log_config_for
         )
         self.log_manager.on_dir_failure = self._on_log_dir_failure
-        self.replica_manager = ReplicaManager(self.broker_id, self.clock, self._min_insync_replicas)
+        self.replica_manager = ReplicaManager(
+            self.broker_id, self.clock, self._min_insync_replicas, lambda: config["replica.lag.time.max.ms"]
+        )
+        self.replication_quota = ReplicationQuota(self.broker_id, self.clock, config, self._topic_configs)
         self.dispatcher = Dispatcher(self, *_handler_table())
         self._listener: Listener | None = None
         self._housekeeping: list[asyncio.Task] = []
@@ -228,6 +232,7 @@ class Broker:
         await self._stop_coordinators()
         if self.log_cleaner is not None:  # its threads finish a swap on this loop, so they are joined off it
             await asyncio.get_running_loop().run_in_executor(None, self.log_cleaner.shutdown)
+        await self.replica_manager.shutdown()
         await self.replica_manager.finish_appends()
         self.record_workers.shutdown()
         while self._operations:  # admin operations and storage jobs finish what they started
@@ -417,6 +422,10 @@ class Broker:
     async def delete_partitions(self, keys: list[tuple[str, int]]) -> None:
         """Delete the logs of partitions this broker no longer hosts (StopReplica with deletion)."""
         await self.run_storage(self.log_manager.delete_logs(keys))
+
+    def _topic_configs(self, name: str) -> dict[str, str] | None:
+        topic = self.metadata.topics().get(name)
+        return topic.configs if topic is not None else None
 
     def _min_insync_replicas(self, topic: str) -> int:
         return self.produce_policy(topic).min_insync_replicas

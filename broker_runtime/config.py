@@ -418,7 +418,6 @@ CLEANUP_POLICIES = ("delete", "compact")
 # Kafka features Odradek does not build, named in the errors and warnings of the settings that belong to them.
 TIERED_STORAGE = "tiered storage is not built"
 CLUSTERS = "ZooKeeper clusters are not built yet"
-REPLICATION = "replication is not built yet"
 TRANSACTIONS = "transactions are not built"
 
 # fmt: off
@@ -639,7 +638,10 @@ _BROKER_DEFS: list[ConfigDef] = [
     _d("num.replica.alter.log.dirs.threads", INT, None, "Threads moving replicas between log dirs."),
     _d("replica.selector.class", CLASS, None, "Fetching from followers (KIP-392). Unsupported; must stay unset.",
        _empty_only("replica selector plugins")),
-    _d("num.replica.fetchers", INT, 1, "Fetcher tasks per source broker.", dynamic=True),
+    _d("num.replica.fetchers", INT, 1, "Fetcher tasks per source broker.", at_least(1), dynamic=True),
+    _d("replication.quota.window.num", INT, 11, "Samples kept to measure replication throttles.", at_least(1)),
+    _d("replication.quota.window.size.seconds", INT, 1, "Time span of each replication throttle sample.",
+       at_least(1)),
     _d("unclean.leader.election.enable", BOOL, False, "Allow an out-of-ISR replica to become leader (may lose "
        "data).", dynamic=True),
     _d("auto.leader.rebalance.enable", BOOL, True, "Move leadership back to preferred replicas periodically."),
@@ -674,12 +676,9 @@ _NO_EFFECT_BROKER: dict[str, tuple[str, ...]] = {
         "leader.imbalance.check.interval.seconds", "controlled.shutdown.enable", "controlled.shutdown.max.retries",
         "controlled.shutdown.retry.backoff.ms", "controller.socket.timeout.ms", "unclean.leader.election.enable",
     ),
-    REPLICATION: (
-        "replica.lag.time.max.ms", "replica.fetch.wait.max.ms", "replica.fetch.min.bytes", "replica.fetch.max.bytes",
-        "replica.fetch.response.max.bytes", "replica.fetch.backoff.ms", "replica.socket.timeout.ms",
-        "replica.socket.receive.buffer.bytes", "num.replica.fetchers", "leader.replication.throttled.rate",
-        "follower.replication.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second",
-        "num.replica.alter.log.dirs.threads",
+    "replica fetchers use the operating system's socket buffer sizes": ("replica.socket.receive.buffer.bytes",),
+    "a broker has one log dir per partition and never moves replicas between its log dirs": (
+        "replica.alter.log.dirs.io.max.bytes.per.second", "num.replica.alter.log.dirs.threads",
     ),
     TRANSACTIONS: (
         "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
@@ -721,7 +720,6 @@ _NO_EFFECT_BROKER: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 _NO_EFFECT_TOPIC: dict[str, tuple[str, ...]] = {
-    REPLICATION: ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas"),
     CLUSTERS: ("unclean.leader.election.enable",),
     "a recompressing topic uses each codec's default level": (
         "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
@@ -1036,8 +1034,7 @@ _UNBUILT_BROKER_CONFIGS: dict[str, tuple[str, ...]] = {
         "group.share.session.timeout.ms",
     ),
     "quotas are not built": (
-        "quota.window.num", "quota.window.size.seconds", "replication.quota.window.num",
-        "replication.quota.window.size.seconds", "alter.log.dirs.replication.quota.window.num",
+        "quota.window.num", "quota.window.size.seconds", "alter.log.dirs.replication.quota.window.num",
         "alter.log.dirs.replication.quota.window.size.seconds", "controller.quota.window.num",
         "controller.quota.window.size.seconds", "client.quota.callback.class",
     ),

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.alter_partition.v3 import request as alter_partition_v3
 from kio.schema.errors import ErrorCode
 
 from broker_runtime.cluster import zk_paths as z
@@ -46,6 +47,7 @@ from broker_runtime.controller.controller import Controller, ControllerConfig
 from broker_runtime.errors import KafkaError
 from broker_runtime.log.log_manager import NewLog
 from broker_runtime.protocol import inter_broker as ib
+from broker_runtime.replication.fetcher import ReplicaFetcherManager
 from broker_runtime.replication.partition import Partition
 
 if TYPE_CHECKING:
@@ -144,6 +146,13 @@ class ZkClusterMember:
 
     async def join(self) -> None:
         """Once the listener is up: register, take part in controller elections, follow config changes."""
+        rm = self.broker.replica_manager
+        rm.fetchers = ReplicaFetcherManager(
+            self.broker_id, self.broker.clock, self.broker.config, self.listener, self._endpoint,
+            self.broker.replication_quota,
+        )  # fmt: skip
+        rm.isr_sender = self._send_isr
+        rm.start_isr_checks()
         self.zk.add_session_listener(self._on_session)
         await self.register()
         self.controller.start()
@@ -385,6 +394,34 @@ class ZkClusterMember:
         return ib.StopReplicaResponse(error_code=ErrorCode.none, partition_errors=tuple(results))
 
     # --- requests to the controller -------------------------------------------------------------------------
+
+    def _endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        endpoint = self.store.cache.endpoint(broker_id, self.listener)
+        return (endpoint.host, endpoint.port) if endpoint is not None else None
+
+    async def _send_isr(
+        self, partition: Partition, isr: tuple[int, ...]
+    ) -> tuple[ErrorCode, int, tuple[int, ...], int]:
+        """An ISR change of a partition led here, by AlterPartition (v3: topic ids, broker epochs unknown)."""
+        request = alter_partition_v3.AlterPartitionRequest(
+            broker_id=self.broker_id,
+            broker_epoch=self.broker_epoch,
+            topics=(alter_partition_v3.TopicData(topic_id=partition.topic_id, partitions=(
+                alter_partition_v3.PartitionData(
+                    partition_index=partition.index, leader_epoch=partition.leader_epoch,
+                    new_isr_with_epochs=tuple(alter_partition_v3.BrokerState(broker_id=b) for b in isr),
+                    leader_recovery_state=partition.leader_recovery_state, partition_epoch=partition.partition_epoch,
+                ),
+            )),),
+        )  # fmt: skip
+        response = await self.send_to_controller(request)
+        if response.error_code != ErrorCode.none:
+            return response.error_code, -1, (), -1
+        for topic in response.topics:
+            for p in topic.partitions:
+                if p.partition_index == partition.index:
+                    return p.error_code, p.leader_epoch, tuple(p.isr), p.partition_epoch
+        return ErrorCode.unknown_server_error, -1, (), -1
 
     async def send_to_controller(self, request: Any) -> Any:
         """Send to the controller this broker knows of; raises KafkaError(NOT_CONTROLLER) when there is none."""

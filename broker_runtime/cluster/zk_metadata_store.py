@@ -97,6 +97,10 @@ class ZkMetadataStore:
 
     def create_topic(self, topic: TopicInfo) -> Awaitable[None]:
         async def write() -> None:
+            # A topic that exists already keeps its config: this broker's metadata may lag the cluster's (an
+            # auto-creation racing an explicit one), as Kafka's validateTopicCreate checks.
+            if await self.zk.exists(z.topic_path(topic.name)) is not None:
+                raise KafkaError(ErrorCode.topic_already_exists, f"topic {topic.name!r} already exists")
             # The config first, so the controller never sees a topic without one (Kafka's order).
             try:
                 await self.zk.create(

@@ -1,5 +1,9 @@
 """Fetch: read whole batches up to the high watermark; long-poll until min bytes or max wait.
 
+A fetch with a replica id (>= 0) is a follower's: it must be a replica of the partition, reads up to the log end
+rather than the high watermark, tells the leader the follower's log end (its fetch offset), and waits for appends
+rather than high-watermark moves. Replication throttles hold back data of throttled replicas (quota.py).
+
 The wait is event-driven: the request parks one future on every partition it reads, and an append (or a
 high-watermark move) wakes it; nothing polls. Fetch sessions (KIP-227) are declined by answering session id 0,
 which tells clients to keep sending full fetch requests.
@@ -28,14 +32,25 @@ async def handle_fetch(ctx: RequestContext, request) -> object:
     clock = broker.clock
     deadline = clock.monotonic_ms() + max(request.max_wait.total_seconds() * 1000, 0.0)
     min_bytes = min(request.min_bytes, _max_bytes(ctx, request))
+    replica_id = _replica_id(request)
+    first = True
     while True:
-        response, total_bytes, watched, had_error = _read_once(ctx, request)
+        response, total_bytes, watched, had_error = _read_once(ctx, request, replica_id, record_fetch=first)
+        first = False
         remaining_ms = deadline - clock.monotonic_ms()
         if total_bytes >= min_bytes or had_error or remaining_ms <= 0 or not watched:
             return response
-        await broker.replica_manager.wait_for_data(watched, remaining_ms)
+        await broker.replica_manager.wait_for_data(watched, remaining_ms, follower=replica_id >= 0)
         if clock.monotonic_ms() >= deadline:
-            return _read_once(ctx, request)[0]
+            return _read_once(ctx, request, replica_id, record_fetch=False)[0]
+
+
+def _replica_id(request) -> int:
+    """The follower's broker id, -1 for a consumer (Fetch v15+ moved it into replica_state)."""
+    replica_state = getattr(request, "replica_state", None)
+    if replica_state is not None and replica_state.replica_id >= 0:
+        return replica_state.replica_id
+    return getattr(request, "replica_id", -1)
 
 
 def _max_bytes(ctx: RequestContext, request) -> int:
@@ -43,10 +58,11 @@ def _max_bytes(ctx: RequestContext, request) -> int:
     return min(request.max_bytes, ctx.broker.config["fetch.max.bytes"])
 
 
-def _read_once(ctx: RequestContext, request):
+def _read_once(ctx: RequestContext, request, replica_id: int, *, record_fetch: bool):
     broker = ctx.broker
     types = ctx.response_types()
     rm = broker.replica_manager
+    quota = broker.replication_quota
     topics_meta = broker.metadata.topics()
     remaining = _max_bytes(ctx, request)
     total = 0
@@ -71,25 +87,42 @@ def _read_once(ctx: RequestContext, request):
                     exists = name in topics_meta and fp.partition in topics_meta[name].partitions
                     raise rm.not_hosted_error(name, fp.partition, exists=exists)
                 partition.require_leader()
-                partition.check_leader_epoch(getattr(fp, "current_leader_epoch", -1))
+                current_epoch = getattr(fp, "current_leader_epoch", -1)
+                partition.check_leader_epoch(current_epoch)
                 if ctx.api_version < 10 and broker.produce_policy(name).codec == CODEC_ZSTD:
                     raise KafkaError(
                         ErrorCode.unsupported_compression_type, "zstd topics need Fetch v10 or later"
                     )
                 plog = partition.log
-                high_watermark = partition.high_watermark
                 records = b""
                 if fp.fetch_offset < plog.log_start_offset or fp.fetch_offset > plog.log_end_offset:
                     raise KafkaError(ErrorCode.offset_out_of_range)
-                if fp.fetch_offset < high_watermark and remaining > 0:
+                if replica_id >= 0 and record_fetch:
+                    rm.record_follower_fetch(
+                        partition, replica_id, fp.fetch_offset, getattr(fp, "log_start_offset", -1),
+                        with_epoch=current_epoch >= 0,
+                    )  # fmt: skip
+                high_watermark = partition.high_watermark  # after the follower's fetch moved it
+                # Followers read what the leader has; consumers what the ISR has.
+                readable_end = plog.log_end_offset if replica_id >= 0 else high_watermark
+                throttled = (
+                    replica_id >= 0 and quota is not None and quota.throttles_leader(partition, replica_id)
+                )
+                if (
+                    fp.fetch_offset < readable_end
+                    and remaining > 0
+                    and not (throttled and quota.leader.exceeded())
+                ):
                     records = plog.read(
                         fp.fetch_offset,
                         min(fp.partition_max_bytes, remaining),
-                        high_watermark,
+                        readable_end,
                         min_one_batch=total == 0,
                     )
                     remaining -= len(records)
                     total += len(records)
+                    if throttled:
+                        quota.leader.record(len(records))
                 watched.append(partition)
                 parts.append(make(
                     types.PartitionData, partition_index=fp.partition, error_code=ErrorCode.none,

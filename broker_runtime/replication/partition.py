@@ -1,4 +1,11 @@
-"""A partition as this broker sees it: its log, its role, its high watermark, and who waits for new data."""
+"""A partition as this broker sees it: its log, its role, its high watermark, and who waits for new data.
+
+As leader it also tracks each follower from its fetches (Kafka's Replica state): the follower's log end offset,
+and when it was last caught up. The high watermark is the smallest log end offset over the ISR (with the replicas
+an AlterPartition in flight is adding: Kafka's "maximal ISR"), and never goes back on the leader. A follower is
+out of sync once it has not been caught up for replica.lag.time.max.ms; it may rejoin when its log end reaches
+the high watermark and the start of the current leader epoch. This module decides; replica_manager.py acts.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,32 @@ from kio.schema.errors import ErrorCode
 
 from broker_runtime.errors import KafkaError
 from broker_runtime.log.partition_log import PartitionLog
+
+
+@dataclass
+class FollowerState:
+    """What the leader knows of one follower, from its fetches."""
+
+    log_end_offset: int = -1  # unknown until it fetches
+    log_start_offset: int = -1
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+    last_fetch_leader_end: int = -1  # the leader's log end offset at the follower's previous fetch
+
+    def record_fetch(self, fetch_offset: int, log_start_offset: int, now_ms: int, leader_end: int) -> None:
+        """Kafka's Replica.updateFetchStateOrThrow: a fetch at the leader's end means caught up now; a fetch at
+        the leader's end of the previous fetch means it was caught up then."""
+        if fetch_offset >= leader_end:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, now_ms)
+        elif fetch_offset >= self.last_fetch_leader_end:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
+        self.log_end_offset = fetch_offset
+        self.log_start_offset = log_start_offset
+        self.last_fetch_leader_end = max(self.last_fetch_leader_end, leader_end)
+        self.last_fetch_ms = now_ms
+
+    def is_caught_up(self, leader_end: int, now_ms: int, max_lag_ms: int) -> bool:
+        return self.log_end_offset == leader_end or now_ms - self.last_caught_up_ms <= max_lag_ms
 
 
 @dataclass(eq=False)
@@ -31,7 +64,13 @@ class Partition:
     # The latest append still waiting for its batch to be validated off the event loop; later appends to this
     # partition wait for it, so that batches are appended in arrival order (handlers/produce.py).
     append_tail: asyncio.Task | None = None
-    _waiters: set[asyncio.Future] = field(default_factory=set)
+    # Leader only: the followers' fetch state, the offset where the current leader epoch began, and the ISR of an
+    # AlterPartition sent but not answered yet (no other is sent meanwhile).
+    followers: dict[int, FollowerState] = field(default_factory=dict)
+    leader_epoch_start_offset: int = 0
+    pending_isr: tuple[int, ...] | None = None
+    _waiters: set[asyncio.Future] = field(default_factory=set)  # woken when the high watermark or role moves
+    _append_waiters: set[asyncio.Future] = field(default_factory=set)  # followers' fetches: woken by appends
 
     @property
     def is_leader(self) -> bool:
@@ -50,23 +89,109 @@ class Partition:
         if not self.is_leader:
             raise KafkaError(ErrorCode.not_leader_or_follower)
 
+    # --- leader: followers, ISR and high watermark ----------------------------------------------------------
+
+    def reset_followers(self, now_ms: int, *, new_leader: bool) -> None:
+        """Kafka's makeLeader: a new leader (or a new leader epoch) starts its epoch at its log end; followers in
+        the ISR count as caught up now, so that none is dropped before it could fetch once."""
+        if new_leader:
+            self.followers = {}
+        self.followers = {
+            r: self.followers.get(r) or FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
+            for r in self.replicas
+            if r != self.broker_id
+        }
+        self.leader_epoch_start_offset = self.log.log_end_offset
+        self.pending_isr = None
+
+    @property
+    def maximal_isr(self) -> set[int]:
+        """The ISR the high watermark waits for: the current one, plus replicas a pending expansion adds (a
+        pending shrink still waits for the replica it removes until the controller agrees)."""
+        return set(self.isr) | set(self.pending_isr or ())
+
+    def record_follower_fetch(
+        self, replica_id: int, fetch_offset: int, log_start_offset: int, now_ms: int, *, with_epoch: bool
+    ) -> None:
+        """A follower fetched at `fetch_offset`, which is its log end offset. A broker that is not a replica of
+        this partition gets Kafka's followerReplicaOrThrow answer: UNKNOWN_LEADER_EPOCH when its request named
+        the current epoch (it may be a replica our state does not know yet: it retries), NOT_LEADER_OR_FOLLOWER
+        otherwise."""
+        follower = self.followers.get(replica_id)
+        if follower is None:
+            raise KafkaError(
+                ErrorCode.unknown_leader_epoch if with_epoch else ErrorCode.not_leader_or_follower,
+                f"broker {replica_id} is not a follower of {self.topic}-{self.index} (replicas {self.replicas})",
+            )
+        follower.record_fetch(fetch_offset, log_start_offset, now_ms, self.log.log_end_offset)
+        self.maybe_advance_high_watermark()
+
+    def follower_in_sync(self, replica_id: int) -> bool:
+        """May `replica_id` join the ISR: its log reaches the high watermark and the current epoch's start."""
+        follower = self.followers.get(replica_id)
+        return (
+            follower is not None
+            and follower.log_end_offset >= self.high_watermark
+            and follower.log_end_offset >= self.leader_epoch_start_offset
+        )
+
+    def isr_to_expand(self) -> tuple[int, ...] | None:
+        """The ISR with the followers that may join, or None when none may (or a change is pending)."""
+        if not self.is_leader or self.pending_isr is not None:
+            return None
+        joining = [r for r in self.followers if r not in self.isr and self.follower_in_sync(r)]
+        return tuple(self.isr) + tuple(joining) if joining else None
+
+    def isr_to_shrink(self, now_ms: int, max_lag_ms: int) -> tuple[int, ...] | None:
+        """The ISR without followers that have not been caught up for `max_lag_ms` (Kafka's
+        getOutOfSyncReplicas), or None when all are in sync (or a change is pending)."""
+        if not self.is_leader or self.pending_isr is not None:
+            return None
+        end = self.log.log_end_offset
+        lagging = {
+            r for r in self.isr
+            if r != self.broker_id and not (r in self.followers and self.followers[r].is_caught_up(end, now_ms, max_lag_ms))
+        }  # fmt: skip
+        return tuple(r for r in self.isr if r not in lagging) if lagging else None
+
     def maybe_advance_high_watermark(self) -> None:
-        # With no followers in the ISR the leader's log end is the high watermark.
-        if self.isr == [self.broker_id] or not self.isr:
-            new = self.log.log_end_offset
-        else:
+        """As leader: the smallest log end offset over the maximal ISR, if that is higher (Kafka's
+        maybeIncrementLeaderHW); the high watermark never goes back on a leader."""
+        if not self.is_leader:
             return
-        if new != self.high_watermark:
+        new = self.log.log_end_offset
+        for r in self.maximal_isr:
+            if r != self.broker_id:
+                follower = self.followers.get(r)
+                new = min(new, follower.log_end_offset if follower is not None else -1)
+        if new > self.high_watermark:
             self.high_watermark = new
             self.wake_waiters()
 
-    def add_waiter(self, future: asyncio.Future) -> None:
-        self._waiters.add(future)
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        """As follower: the leader's high watermark, capped by what this replica has."""
+        new = max(min(leader_high_watermark, self.log.log_end_offset), 0)
+        if new != self.high_watermark:
+            self.high_watermark = new
+
+    # --- waiting --------------------------------------------------------------------------------------------
+
+    def add_waiter(self, future: asyncio.Future, *, on_append: bool = False) -> None:
+        (self._append_waiters if on_append else self._waiters).add(future)
 
     def remove_waiter(self, future: asyncio.Future) -> None:
         self._waiters.discard(future)
+        self._append_waiters.discard(future)
+
+    def wake_append_waiters(self) -> None:
+        """New data at the log end: followers' fetches may go on (consumers wait for the high watermark)."""
+        waiters, self._append_waiters = self._append_waiters, set()
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
 
     def wake_waiters(self) -> None:
+        self.wake_append_waiters()
         waiters, self._waiters = self._waiters, set()
         for future in waiters:
             if not future.done():

@@ -1,31 +1,53 @@
-"""The partitions this broker hosts, the append path, and waiting for data."""
+"""The partitions this broker hosts, the append path, waiting for data, and replication.
+
+In a cluster the replica manager follows leaders through its fetchers (fetcher.py), serves followers' fetches as
+leader (the Fetch handler calls `record_follower_fetch`), and changes the ISR: every replica.lag.time.max.ms / 2
+it drops followers that are not caught up, and a follower that catches up is added back, each time by an
+AlterPartition to the controller (Kafka's AlterPartitionManager), one in flight per partition.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
 from broker_runtime.errors import KafkaError
 from broker_runtime.log.partition_log import AppendResult
 from broker_runtime.protocol.records import BatchHeader
+from broker_runtime.replication.fetcher import ReplicaFetcherManager
 from broker_runtime.replication.partition import Partition
 
 log = logging.getLogger(__name__)
 
 LeadershipListener = Callable[[str, int, bool, int], None]
+# Sends an ISR change to the controller: (partition, proposed ISR) -> the controller's answer for it, as
+# (error, leader epoch, ISR, partition epoch).
+IsrSender = Callable[[Partition, tuple[int, ...]], Awaitable[tuple[ErrorCode, int, tuple[int, ...], int]]]
 
 
 class ReplicaManager:
-    def __init__(self, broker_id: int, clock, min_insync_replicas: Callable[[str], int]) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        clock,
+        min_insync_replicas: Callable[[str], int],
+        replica_lag_time_max_ms: Callable[[], int] = lambda: 30000,
+    ) -> None:
         self.broker_id = broker_id
         self._clock = clock
         self._min_insync = min_insync_replicas
+        self._max_lag_ms = replica_lag_time_max_ms
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._offline: set[tuple[str, int]] = set()  # hosted here, but their log dir failed
         self._listeners: list[LeadershipListener] = []
+        # Cluster mode only: the fetchers of followed partitions, and the way to the controller for ISR changes.
+        self.fetchers: ReplicaFetcherManager | None = None
+        self.isr_sender: IsrSender | None = None
+        self._isr_tasks: set[asyncio.Task] = set()
+        self._isr_timer = None
 
     # --- partitions ---------------------------------------------------------------------------------------
 
@@ -41,6 +63,8 @@ class ReplicaManager:
     def remove_partition(self, topic: str, index: int) -> Partition | None:
         self._offline.discard((topic, index))
         partition = self._partitions.pop((topic, index), None)
+        if self.fetchers is not None:
+            self.fetchers.remove_partition((topic, index))
         if partition is not None:
             partition.wake_waiters()
             if partition.is_leader:
@@ -80,8 +104,11 @@ class ReplicaManager:
         self._partitions[key] = partition
         self._offline.discard(key)
         if partition.is_leader:
+            if self.fetchers is not None:
+                self.fetchers.remove_partition(key)
             # New data from here on carries the new epoch (the leader epoch cache, for followers' truncation).
             partition.log.assign_epoch_start_offset(leader_epoch)
+            partition.reset_followers(self._clock.monotonic_ms(), new_leader=not was_leader)
             partition.maybe_advance_high_watermark()
             partition.wake_waiters()
             self._notify(partition.topic, partition.index, True, leader_epoch)
@@ -92,10 +119,90 @@ class ReplicaManager:
             self.become_follower(partition, leader, leader_epoch)
 
     def become_follower(self, partition: Partition, leader: int, leader_epoch: int) -> None:
-        """The partition follows `leader` from `leader_epoch` on. Followers replicate with Fetch requests carrying
-        their replica id (replication/, not built yet): this records the role and starts nothing."""
+        """The partition follows `leader` from `leader_epoch` on: its fetcher truncates it where it diverges from
+        the leader's log, then fetches."""
         log.info("%s-%d: following broker %d at leader epoch %d", partition.topic, partition.index, leader,
                  leader_epoch)  # fmt: skip
+        partition.followers, partition.pending_isr = {}, None
+        if self.fetchers is not None:
+            self.fetchers.add_partition(partition)
+
+    # --- ISR changes (leader) -----------------------------------------------------------------------------
+
+    def record_follower_fetch(
+        self, partition: Partition, replica_id: int, fetch_offset: int, log_start: int, *, with_epoch: bool
+    ) -> None:
+        """A follower's fetch (before its data is read): its position, the high watermark, ISR expansion."""
+        now = self._clock.monotonic_ms()
+        partition.record_follower_fetch(replica_id, fetch_offset, log_start, now, with_epoch=with_epoch)
+        expanded = partition.isr_to_expand()
+        if expanded is not None:
+            self._propose_isr(partition, expanded)
+
+    def start_isr_checks(self) -> None:
+        """Every replica.lag.time.max.ms / 2, drop followers that are not caught up (Kafka's isr-expiration)."""
+        if self._isr_timer is None:
+            self._schedule_isr_check()
+
+    def _schedule_isr_check(self) -> None:
+        self._isr_timer = self._clock.call_later_ms(self._max_lag_ms() / 2, self._check_isr)
+
+    def _check_isr(self) -> None:
+        now, max_lag = self._clock.monotonic_ms(), self._max_lag_ms()
+        for partition in list(self._partitions.values()):
+            shrunk = partition.isr_to_shrink(now, max_lag)
+            if shrunk is not None:
+                log.info("%s-%d: followers %s are out of sync", partition.topic, partition.index,
+                         sorted(set(partition.isr) - set(shrunk)))  # fmt: skip
+                self._propose_isr(partition, shrunk)
+        self._schedule_isr_check()
+
+    def _propose_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
+        if self.isr_sender is None:
+            return
+        partition.pending_isr = isr
+        task = asyncio.ensure_future(self._send_isr(partition, isr))
+        self._isr_tasks.add(task)
+        task.add_done_callback(self._isr_tasks.discard)
+
+    async def _send_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
+        assert self.isr_sender is not None
+        epoch = partition.leader_epoch
+        try:
+            error, leader_epoch, new_isr, partition_epoch = await self.isr_sender(partition, isr)
+        except (KafkaError, ConnectionError, TimeoutError) as exc:
+            log.warning(
+                "%s-%d: ISR change to %s not sent: %s", partition.topic, partition.index, list(isr), exc
+            )
+            error = None
+        if partition.pending_isr != isr or partition.leader_epoch != epoch or not partition.is_leader:
+            return  # a LeaderAndIsr came meanwhile: it has the last word
+        partition.pending_isr = None
+        if error is None:
+            return  # the next check (or fetch) tries again
+        if error != ErrorCode.none:
+            # INVALID_UPDATE_VERSION, FENCED_LEADER_EPOCH...: our state is stale; the controller's next
+            # LeaderAndIsr brings the current one.
+            log.info(
+                "%s-%d: ISR change to %s refused: %s", partition.topic, partition.index, list(isr), error.name
+            )
+            return
+        if leader_epoch == partition.leader_epoch:
+            partition.isr, partition.partition_epoch = list(new_isr), partition_epoch
+            log.info("%s-%d: ISR is now %s", partition.topic, partition.index, list(new_isr))
+            partition.maybe_advance_high_watermark()
+            partition.wake_waiters()  # acks=all produces recheck min.insync.replicas
+
+    async def shutdown(self) -> None:
+        """Stop fetching and ISR changes (before the logs close)."""
+        if self._isr_timer is not None:
+            self._isr_timer.cancel()
+            self._isr_timer = None
+        for task in list(self._isr_tasks):
+            task.cancel()
+        await asyncio.gather(*self._isr_tasks, return_exceptions=True)
+        if self.fetchers is not None:
+            await self.fetchers.shutdown()
 
     def fence_leaders(self) -> list[Partition]:
         """This broker's ZooKeeper session expired: another broker may be elected leader of any partition at
@@ -145,6 +252,7 @@ class ReplicaManager:
                 f"{len(partition.isr)} in-sync replicas, below min.insync.replicas {self._min_insync(topic)}",
             )
         result = partition.log.append_as_leader(batch, header, partition.leader_epoch, self._clock.time_ms())
+        partition.wake_append_waiters()
         partition.maybe_advance_high_watermark()
         return partition, result
 
@@ -157,9 +265,16 @@ class ReplicaManager:
             await asyncio.wait(tails)
 
     async def wait_for_replication(self, partition: Partition, result: AppendResult, timeout_ms: int) -> None:
-        """acks=-1: return once the high watermark covers the appended batch."""
+        """acks=-1: return once the high watermark covers the appended batch; then the ISR must still be at
+        least min.insync.replicas (Kafka's checkEnoughReplicasReachOffset)."""
         if partition.high_watermark <= result.last_offset:
             await self._wait_for_high_watermark(partition, result.last_offset + 1, timeout_ms)
+        min_isr = self._min_insync(partition.topic)
+        if len(partition.isr) < min_isr:
+            raise KafkaError(
+                ErrorCode.not_enough_replicas_after_append,
+                f"{len(partition.isr)} in-sync replicas after the append, below min.insync.replicas {min_isr}",
+            )
 
     async def append(
         self, topic: str, index: int, batch: bytearray, header: BatchHeader, *, acks: int, timeout_ms: int
@@ -197,12 +312,14 @@ class ReplicaManager:
             finally:
                 partition.remove_waiter(future)
 
-    async def wait_for_data(self, partitions: Iterable[Partition], timeout_ms: float) -> None:
-        """Return when any of the partitions gets new data (or its high watermark moves), or on timeout."""
+    async def wait_for_data(
+        self, partitions: Iterable[Partition], timeout_ms: float, *, follower: bool = False
+    ) -> None:
+        """Return when any of the partitions' high watermark moves (a follower: its log end), or on timeout."""
         future = asyncio.get_running_loop().create_future()
         watched = list(partitions)
         for p in watched:
-            p.add_waiter(future)
+            p.add_waiter(future, on_append=follower)
         try:
             await self._clock.wait_ms(future, timeout_ms)
         finally:

@@ -125,39 +125,53 @@ def test_elect_leaders_never_picks_a_replica_outside_the_isr(cluster_factory, to
     preferred = {p: r[0] for p, r in c.znode(f"/brokers/topics/{topic_name}")["partitions"].items()}
     moved = preferred["0"]
     c.brokers[moved].stop()  # controlled shutdown: leadership and ISR membership move away
-    c.restart(moved)
-    assert c.partition_state(topic_name, 0)["leader"] != moved
-    admin = KafkaAdminClient(bootstrap_servers=c.bootstrap)
-    try:
-        response = admin.elect_leaders(0, {topic_name: [0, 1, 2]}, raise_errors=False)
-    finally:
-        admin.close()
-    errors = {
-        p.partition_id: p.error_code for t in response.replica_election_results for p in t.partition_result
-    }
+
+    def elect() -> dict[int, int]:
+        admin = KafkaAdminClient(bootstrap_servers=c.bootstrap)
+        try:
+            response = admin.elect_leaders(0, {topic_name: [0, 1, 2]}, raise_errors=False)
+        finally:
+            admin.close()
+        return {p.partition_id: p.error_code for t in response.replica_election_results for p in t.partition_result}
+
+    errors = elect()
     assert errors[0] == 80  # PREFERRED_LEADER_NOT_AVAILABLE: the preferred replica is not in the ISR
     for p in (1, 2):
         expected = 80 if preferred[str(p)] == moved else 84  # 84: ELECTION_NOT_NEEDED
         assert errors[p] == expected
     assert c.partition_state(topic_name, 0)["leader"] != moved
+    # Back, it catches up and rejoins the ISR: now it may lead again.
+    c.restart(moved)
+    c.wait_for(lambda: moved in c.partition_state(topic_name, 0)["isr"], "the restarted replica in the ISR")
+    assert elect()[0] == 0
+    assert c.partition_state(topic_name, 0)["leader"] == moved
 
 
 def test_a_reassignment_is_visible_while_it_runs_and_can_be_cancelled(
     cluster_factory, topic_name: str
 ) -> None:
+    from kafka import KafkaProducer
     from kafka.admin import KafkaAdminClient
     from kafka.structs import TopicPartition
 
-    c = cluster_factory()
+    # Broker 2's copy is throttled to a byte a second (a fetch of at most 1 KiB at a time), so it cannot catch up
+    # and the move stays in progress.
+    c = cluster_factory(follower_replication_throttled_rate="1", replica_fetch_max_bytes="1024")
     admin = KafkaAdminClient(bootstrap_servers=c.bootstrap)
     try:
         from kafka.admin import NewTopic as PyNewTopic
 
-        admin.create_topics([PyNewTopic(topic_name, -1, -1, replica_assignments={0: [0, 1]})])
+        admin.create_topics([PyNewTopic(
+            topic_name, -1, -1, replica_assignments={0: [0, 1]},
+            topic_configs={"follower.replication.throttled.replicas": "0:2"},
+        )])  # fmt: skip
         c.wait_for_leaders(topic_name, 1)
+        producer = KafkaProducer(bootstrap_servers=c.bootstrap, acks=1, linger_ms=0)
+        for _ in range(50):
+            producer.send(topic_name, b"x" * 200, partition=0).get(30)
+        producer.close()
         tp = TopicPartition(topic_name, 0)
         admin.alter_partition_reassignments({tp: [0, 2]})
-        # broker 2 joins as a follower; it cannot catch up until followers fetch, so the move stays in progress
         listed = c.wait_for(lambda: admin.list_partition_reassignments().get(tp), "the reassignment listed")
         assert (listed["replicas"], listed["adding_replicas"], listed["removing_replicas"]) == (
             [0, 2, 1],

@@ -1,0 +1,165 @@
+"""Replication between real broker processes: followers fetch from leaders, acks=all waits for the ISR,
+min.insync.replicas refuses writes the ISR cannot hold, and every replica ends with the same log.
+
+The module's cluster (`cluster`) serves the tests that leave every broker running; tests that stop or pause
+brokers take one of their own (`cluster_factory`)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import struct
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_v12
+
+from tests.integration.conftest import RawClient, confluent_produce, kafka_python_produce
+
+pytestmark = pytest.mark.odradek_only
+
+ALL_ACKS = {"acks": "all", "enable.idempotence": True}
+
+
+def log_bytes(partition_dir: Path) -> bytes:
+    """The partition's batches as they lie on disk, segment after segment (whole batches only)."""
+    out = bytearray()
+    for segment in sorted(partition_dir.glob("*.log")):
+        data = segment.read_bytes()
+        pos = 0
+        while pos + 12 <= len(data):
+            (length,) = struct.unpack_from(">i", data, pos + 8)
+            if length <= 0 or pos + 12 + length > len(data):
+                break
+            out += data[pos : pos + 12 + length]
+            pos += 12 + length
+    return bytes(out)
+
+
+def log_end(data: bytes) -> int:
+    end = pos = 0
+    while pos < len(data):
+        base, length = struct.unpack_from(">qi", data, pos)
+        (last_delta,) = struct.unpack_from(">i", data, pos + 23)
+        end, pos = base + last_delta + 1, pos + 12 + length
+    return end
+
+
+def replica_logs(cluster, topic: str, partition: int) -> dict[int, bytes]:
+    """Each replica's log, by broker id, read from its log directory."""
+    replicas = cluster.znode(f"/brokers/topics/{topic}")["partitions"][str(partition)]
+    return {b: log_bytes(cluster.brokers[b].log_dir / f"{topic}-{partition}") for b in replicas}
+
+
+def replicas_agree(cluster, topic: str, partition: int, end: int) -> bool:
+    """Every replica holds the same batches, byte for byte, up to `end`."""
+    logs = replica_logs(cluster, topic, partition)
+    return len(set(logs.values())) == 1 and log_end(next(iter(logs.values()))) == end
+
+
+def follower_fetch(broker, topic: str, partition: int, replica_id: int, leader_epoch: int) -> str:
+    """A Fetch as broker `replica_id` would send it; the partition's error name."""
+    request = fetch_v12.FetchRequest(
+        replica_id=replica_id, max_wait=datetime.timedelta(0), min_bytes=1, topics=(
+            fetch_v12.FetchTopic(topic=topic, partitions=(fetch_v12.FetchPartition(
+                partition=partition, current_leader_epoch=leader_epoch, fetch_offset=0, partition_max_bytes=1024,
+            ),)),
+        ), forgotten_topics_data=(),
+    )  # fmt: skip
+    with RawClient.to(broker) as raw:
+        response = raw.call(request)
+    return ErrorCode(response.responses[0].partitions[0].error_code).name
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_acks_all_on_three_replicas_reaches_every_replica(
+    cluster, clients, topic_name: str, client: str
+) -> None:
+    cluster.create_topic(topic_name, 2, 3, {"min.insync.replicas": "2"})
+    cluster.wait_for_leaders(topic_name, 2)
+    records = clients.numbered_records(200)
+    if client == "confluent":
+        offsets = confluent_produce(cluster.bootstrap, topic_name, records, 1, ALL_ACKS)
+    else:
+        offsets = kafka_python_produce(cluster.bootstrap, topic_name, records, 1, acks="all")
+    assert offsets == list(range(200))
+    got = clients.consume(client, cluster.bootstrap, topic_name, 200, 1)
+    assert clients.contents(got) == clients.contents(records)
+    # every replica has all of it, byte for byte at the same offsets
+    cluster.wait_for(lambda: replicas_agree(cluster, topic_name, 1, 200), "every replica with the 200 records")
+
+
+def test_a_fetch_from_a_broker_outside_the_replica_set_is_refused(cluster, topic_name: str) -> None:
+    cluster.create_topic(topic_name, 1, 2)
+    view = cluster.wait_for_leaders(topic_name, 1)
+    leader, replicas, _ = view[0]
+    outsider = ({0, 1, 2} - set(replicas)).pop()
+    state = cluster.partition_state(topic_name, 0)
+    with_epoch = follower_fetch(cluster.brokers[leader], topic_name, 0, outsider, state["leader_epoch"])
+    without_epoch = follower_fetch(cluster.brokers[leader], topic_name, 0, outsider, -1)
+    assert with_epoch == "unknown_leader_epoch"  # Kafka's answer when the request names the epoch
+    assert without_epoch == "not_leader_or_follower"
+    insider = next(r for r in replicas if r != leader)
+    assert follower_fetch(cluster.brokers[leader], topic_name, 0, insider, state["leader_epoch"]) == "none"
+
+
+def test_min_insync_replicas_refuses_acks_all_when_brokers_are_down(cluster_factory, topic_name: str) -> None:
+    c = cluster_factory()
+    c.create_topic(topic_name, 1, 3, {"min.insync.replicas": "2"})
+    leader, replicas, _ = c.wait_for_leaders(topic_name, 1)[0]
+    followers = [r for r in replicas if r != leader]
+    for f in followers:
+        c.brokers[f].kill()
+    c.wait_for(lambda: c.partition_state(topic_name, 0)["isr"] == [leader], "the ISR shrunk to the leader")
+    producer = Producer({"bootstrap.servers": c.brokers[leader].bootstrap, "acks": "all",
+                         "message.timeout.ms": 5000, "retries": 0})  # fmt: skip
+    errors = []
+    producer.produce(topic_name, b"refused", partition=0, on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(30)
+    assert [e.code() for e in errors] == [KafkaError.NOT_ENOUGH_REPLICAS]
+    # acks=1 still writes
+    producer = Producer({"bootstrap.servers": c.brokers[leader].bootstrap, "acks": 1})
+    producer.produce(topic_name, b"accepted", partition=0)
+    assert producer.flush(30) == 0
+
+
+def test_isr_shrinks_when_a_follower_pauses_and_grows_when_it_resumes(cluster_factory, topic_name: str) -> None:
+    # A short lag time so that the paused follower drops out quickly; its ZooKeeper session outlives the pause.
+    c = cluster_factory(replica_lag_time_max_ms="1500", replica_fetch_wait_max_ms="200")
+    c.create_topic(topic_name, 1, 3, {"min.insync.replicas": "2"})
+    leader, replicas, _ = c.wait_for_leaders(topic_name, 1)[0]
+    paused = next(r for r in replicas if r != c.controller_id() and r != leader)
+    os.kill(c.brokers[paused].pid, signal.SIGSTOP)
+    try:
+        producer = Producer({"bootstrap.servers": c.brokers[leader].bootstrap, **ALL_ACKS})
+        producer.produce(topic_name, b"while paused", partition=0)
+        assert producer.flush(30) == 0  # two in-sync replicas are enough once the paused one is out
+        state = c.wait_for(
+            lambda: (s := c.partition_state(topic_name, 0)) and paused not in s["isr"] and s, "the ISR shrunk"
+        )
+        assert sorted(state["isr"]) == sorted(r for r in replicas if r != paused)
+    finally:
+        os.kill(c.brokers[paused].pid, signal.SIGCONT)
+    c.wait_for(lambda: paused in c.partition_state(topic_name, 0)["isr"], "the follower back in the ISR")
+
+
+def test_consumers_see_only_records_below_the_high_watermark(cluster_factory, clients, topic_name: str) -> None:
+    """With a follower paused, an acks=1 record is on the leader but not below the high watermark: a consumer
+    does not see it until the follower has it (or leaves the ISR)."""
+    c = cluster_factory(replica_lag_time_max_ms="600000")
+    c.create_topic(topic_name, 1, 2)
+    leader, replicas, _ = c.wait_for_leaders(topic_name, 1)[0]
+    follower = next(r for r in replicas if r != leader)
+    os.kill(c.brokers[follower].pid, signal.SIGSTOP)
+    try:
+        offsets = confluent_produce(c.brokers[leader].bootstrap, topic_name, clients.numbered_records(3), 0, {"acks": 1})
+        assert offsets == [0, 1, 2]
+        low, high = clients.watermarks(c.brokers[leader].bootstrap, topic_name, 0)
+        assert (low, high) == (0, 0)
+    finally:
+        os.kill(c.brokers[follower].pid, signal.SIGCONT)
+    c.wait_for(lambda: clients.watermarks(c.brokers[leader].bootstrap, topic_name, 0) == (0, 3),
+               "the high watermark at 3 once the follower fetched")  # fmt: skip
