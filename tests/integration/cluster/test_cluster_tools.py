@@ -151,13 +151,20 @@ def test_reassign_generate_execute_verify_list_cancel(cluster, topic_name: str, 
         f"Reassignment of partition {topic_name}-1 is completed.",
     ]
     assert "Clearing broker-level throttles on brokers 0,1,2" in out
-    # a move that adds a replica stays in progress (followers do not fetch yet) and can be cancelled
+    # a move that adds a replica stays in progress while its throttle (a byte a second) holds the copy back after
+    # its first fetch (one batch of the three), and can be cancelled
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bs, "linger.ms": 0})
+    for _ in range(3):
+        producer.produce(topic_name, b"x" * 700_000, partition=1)
+        assert producer.flush(30) == 0
     plan.write_text(
         json.dumps({"version": 1, "partitions": [{"topic": topic_name, "partition": 1, "replicas": [0]}]})
     )
     code, out, _ = run(reassign_partitions, "--bootstrap-server", bs, "--execute", "--reassignment-json-file",
-                       str(plan), "--throttle", "500000")  # fmt: skip
-    assert code == 0 and "The inter-broker throttle limit was set to 500000 B/s" in out
+                       str(plan), "--throttle", "1")  # fmt: skip
+    assert code == 0 and "The inter-broker throttle limit was set to 1 B/s" in out
     assert cluster.znode(f"/config/topics/{topic_name}")["config"] == {
         "leader.replication.throttled.replicas": "1:2", "follower.replication.throttled.replicas": "1:0",
     }  # fmt: skip
