@@ -11,6 +11,7 @@ import pytest
 
 from broker_runtime.log.checkpoint import read_offsets
 from broker_runtime.log.fs import RealFileSystem
+from broker_runtime.protocol.records import iter_headers
 
 pytestmark = pytest.mark.odradek_only  # restarts the broker and reads its log dir
 
@@ -68,17 +69,30 @@ def test_compacted_topic_keeps_latest_values_across_cleaning_and_restarts(broker
     clients.create_topic(broker.bootstrap, topic, 1, config={
         "cleanup.policy": "compact", "segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.01",
     })  # fmt: skip
+    # An idempotent producer, then another one that replaces every key it wrote: its last batch stays, emptied
+    # (its producer state needs it), and consumers must read across that empty batch.
     records = [
         clients.Rec(b"key-%02d" % (i % 20), b"round-%03d-" % (i // 20) + b"x" * 80) for i in range(600)
     ]
-    records.append(clients.Rec(b"key-07", None))  # a tombstone: the latest "value" of key-07
-    offsets = clients.confluent_produce(broker.bootstrap, topic, records, config={"batch.size": 2000})
+    offsets = clients.confluent_produce(
+        broker.bootstrap, topic, records, config={"batch.size": 2000, "enable.idempotence": True}
+    )
+    overwrites = [clients.Rec(b"key-%02d" % i, b"final-%02d" % i) for i in range(20)]
+    overwrites.append(clients.Rec(b"key-07", None))  # a tombstone: the latest "value" of key-07
+    overwrites += [clients.Rec(b"filler-%03d" % i, b"f" * 100) for i in range(100)]
+    offsets += clients.confluent_produce(broker.bootstrap, topic, overwrites, config={"batch.size": 2000})
+    records += overwrites
     latest = {}
     for offset, record in zip(offsets, records, strict=True):
         latest[record.key] = (offset, record.value)
     written = _log_bytes(broker.log_dir, topic)
 
-    _wait(lambda: _cleaned_up_to(broker.log_dir, topic) > 0, "a cleaning pass")
+    # cleaned past the overwrites, so the idempotent producer's batches are all cleaned
+    _wait(lambda: _cleaned_up_to(broker.log_dir, topic) > offsets[620], "a cleaning pass")
+    headers = [
+        h for p in sorted((broker.log_dir / f"{topic}-0").glob("*.log")) for h in iter_headers(p.read_bytes())
+    ]
+    assert any(h.record_count == 0 and h.producer_id >= 0 for h in headers), "no emptied producer batch"
     cleaned = _read_all(clients, broker.bootstrap, topic)
     offsets_read = [o for o, _, _ in cleaned]
     assert offsets_read == sorted(offsets_read) and len(cleaned) < len(records)
