@@ -379,41 +379,31 @@ def cleanable_offsets(plog: PartitionLog, checkpointed: int | None, now_ms: int,
     bounds.append(plog.log_end_offset if high_watermark is None else high_watermark)
     lag = max(plog.config.min_compaction_lag_ms, 0)
     if lag > 0:
-        for segment in plog.segments[:-1]:
-            dirty = segment.base_offset >= first_dirty or segment is _segment_holding(plog, first_dirty)
-            if dirty and segment.largest_timestamp() > now_ms - lag:
+        for segment in _dirty_non_active(plog, first_dirty):
+            if segment.largest_timestamp() > now_ms - lag:
                 bounds.append(segment.base_offset)
                 break
     return first_dirty, max(first_dirty, min(bounds))
 
 
-def _segment_holding(plog: PartitionLog, offset: int) -> LogSegment:
-    holding = plog.segments[0]
-    for segment in plog.segments:
-        if segment.base_offset > offset:
-            break
-        holding = segment
-    return holding
+def _dirty_non_active(plog: PartitionLog, first_dirty: int) -> list[LogSegment]:
+    """The non-active segments from the one holding `first_dirty` on."""
+    return plog.segments[plog._segment_index(first_dirty) : -1]
 
 
 def log_to_clean(key: Key, plog: PartitionLog, log_dir: Path, checkpointed: int | None, now_ms: int,
                  high_watermark: int | None) -> LogToClean:  # fmt: skip
     first_dirty, uncleanable = cleanable_offsets(plog, checkpointed, now_ms, high_watermark)
     # Cleaning stops at a segment boundary: the start of the segment holding the uncleanable offset.
-    first_uncleanable = _segment_holding(plog, uncleanable).base_offset
+    end = plog._segment_index(uncleanable)
+    first_uncleanable = plog.segments[end].base_offset
+    start = plog._segment_index(min(first_dirty, first_uncleanable))
     clean_bytes = sum(s.size for s in plog.segments if s.base_offset < first_dirty)
-    dirty_from = min(first_dirty, first_uncleanable)
-    holding_dirty = _segment_holding(plog, dirty_from)
-    cleanable = sum(
-        s.size for s in plog.segments
-        if s.base_offset < first_uncleanable and (s.base_offset >= dirty_from or s is holding_dirty)
-    )  # fmt: skip
+    cleanable = sum(s.size for s in plog.segments[start:end])
     needs_now = False
     max_lag = plog.config.max_compaction_lag_ms
-    if 0 <= max_lag < _LONG_MAX:
-        for segment in plog.segments[:-1]:
-            if segment.base_offset < first_dirty and segment is not _segment_holding(plog, first_dirty):
-                continue
+    if 0 <= max_lag < _LONG_MAX:  # Kafka's maxCompactionDelay: the first batch of a dirty segment is too old
+        for segment in _dirty_non_active(plog, first_dirty):
             first = segment.header_at(0)
             if first is not None and 0 < first.max_timestamp < now_ms - max_lag:
                 needs_now = True
