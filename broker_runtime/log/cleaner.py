@@ -362,6 +362,7 @@ class LogToClean:
     clean_bytes: int
     cleanable_bytes: int
     needs_compaction_now: bool = False
+    truncations: int = 0  # the log's truncation count when the pass was planned
 
     @property
     def cleanable_ratio(self) -> float:
@@ -408,7 +409,8 @@ def log_to_clean(key: Key, plog: PartitionLog, log_dir: Path, checkpointed: int 
             if first is not None and 0 < first.max_timestamp < now_ms - max_lag:
                 needs_now = True
                 break
-    return LogToClean(key, plog, log_dir, first_dirty, first_uncleanable, clean_bytes, cleanable, needs_now)
+    return LogToClean(key, plog, log_dir, first_dirty, first_uncleanable, clean_bytes, cleanable, needs_now,
+                      plog.truncations)  # fmt: skip
 
 
 def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_entries: int,
@@ -559,7 +561,7 @@ class Cleaner:
             transactions = CleanedTransactions()
             active_producers = self.run_on_owner(lambda: _last_records_of_active_producers(plog))
             for group in groups:
-                self._clean_group(plog, [by_segment[id(s)] for s in group], now_ms, transactions,
+                self._clean_group(target, [by_segment[id(s)] for s in group], now_ms, transactions,
                                   active_producers, stats)  # fmt: skip
             return end_offset, stats
         finally:
@@ -584,6 +586,14 @@ class Cleaner:
             raise
         return sources
 
+    @staticmethod
+    def _unreadable(plog: PartitionLog, source: _Source, problem: str) -> Exception:
+        """A segment the log truncated meanwhile aborts the pass; bad bytes in one it still has make it
+        uncleanable."""
+        if source.segment not in plog.segments[:-1] or source.segment.size != source.size:
+            return CleaningAborted(f"{plog.name}: {source.segment.log_path} changed while being cleaned")
+        return UncleanableLog(f"{source.segment.log_path}: {problem}")
+
     def _batches(self, plog: PartitionLog, source: _Source) -> Iterator[tuple[memoryview, BatchHeader]]:
         """Every batch of a source segment, read in io-buffer chunks (grown for a batch larger than one)."""
         position = 0
@@ -598,25 +608,20 @@ class Cleaner:
             while offset + HEADER_SIZE <= len(chunk):
                 header = BatchHeader(0, *HEADER.unpack_from(chunk, offset))
                 if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or header.magic != 2:
-                    raise UncleanableLog(
-                        f"{source.segment.log_path}: no valid batch at byte {position + offset}"
-                    )
+                    raise self._unreadable(plog, source, f"no valid batch at byte {position + offset}")
                 if offset + header.size > len(chunk):
                     break
                 batch = chunk[offset : offset + header.size]
                 if crc32c(batch[CRC_START:]) != header.crc:
-                    raise UncleanableLog(
-                        f"{source.segment.log_path}: CRC mismatch at byte {position + offset}"
-                    )
+                    raise self._unreadable(plog, source, f"CRC mismatch at byte {position + offset}")
                 yield batch, header
                 offset += header.size
                 time.sleep(0)  # lets the event loop take the GIL between batches
-            if offset == 0:
-                if position + HEADER_SIZE > source.size:
-                    return  # a torn tail recovery will cut; never cleaned past
+            if offset == 0:  # one batch larger than the buffer, or bytes that are not a whole batch
                 header = BatchHeader(0, *HEADER.unpack_from(chunk, 0)) if len(chunk) >= HEADER_SIZE else None
                 if header is None or position + header.size > source.size:
-                    return
+                    # A rolled segment is whole (recovery cut any torn tail): never rewrite one that is not.
+                    raise self._unreadable(plog, source, f"a torn batch at byte {position}")
                 chunk_size = max(chunk_size, header.size)
                 continue
             position += offset
@@ -644,9 +649,10 @@ class Cleaner:
                 offset_map.latest_offset = max(offset_map.latest_offset, header.last_offset)
             offset_map.latest_offset = max(offset_map.latest_offset, next_start - 1)  # a gap ends the segment
 
-    def _clean_group(self, plog: PartitionLog, group: list[_Source], now_ms: int,
+    def _clean_group(self, target: LogToClean, group: list[_Source], now_ms: int,
                      transactions: CleanedTransactions, active_producers: Mapping[int, tuple[int, int]],
                      stats: CleanerStats) -> None:  # fmt: skip
+        plog = target.log
         base = group[0].segment.base_offset
         writer = _CleanedWriter(self.fs, plog.dir, base, plog)
         try:
@@ -664,12 +670,13 @@ class Cleaner:
             writer.finish()
             self.fs.fsync_dir(plog.dir)  # the .cleaned names, before they are renamed
             self._check(plog)
-            old = self.run_on_owner(lambda: self._swap(plog, [s.segment for s in group], base))
+            old = self.run_on_owner(lambda: self._swap(target, [s.segment for s in group], base))
         except BaseException:
-            try:
-                writer.delete()
-            except OSError as error:
-                log.warning("%s: removing %s: %s", plog.name, writer.paths[0], error)
+            if not plog.failed:  # a failed log dir is never written again; loading clears what is left
+                try:
+                    writer.delete()
+                except OSError as error:
+                    log.warning("%s: removing %s: %s", plog.name, writer.paths[0], error)
             raise
         # The swap is durable with the directory; then the old files go (a crash leaves .deleted files, which
         # loading removes).
@@ -682,11 +689,18 @@ class Cleaner:
                     self.fs.unlink(path)
         stats.segments_swapped += 1
 
-    def _swap(self, plog: PartitionLog, old: list[LogSegment], base: int) -> list[LogSegment]:
-        """On the owner's thread: the group's segments are still the log's, so swap the cleaned one in."""
+    def _swap(self, target: LogToClean, old: list[LogSegment], base: int) -> list[LogSegment]:
+        """On the owner's thread: swap the cleaned segment in, unless the log was closed or truncated since the
+        pass was planned (Kafka aborts cleaning before truncating)."""
+        plog = target.log
         if plog.closed or plog.failed:
             raise CleaningAborted(f"{plog.name} closed while being cleaned")
-        return plog.replace_segments(old, base)
+        if plog.truncations != target.truncations:
+            raise CleaningAborted(f"{plog.name} was truncated while being cleaned")
+        try:
+            return plog.replace_segments(old, base)
+        except ValueError as error:  # truncated or retained meanwhile: the next pass starts afresh
+            raise CleaningAborted(str(error)) from None
 
     def _filter_batch(self, batch: memoryview, header: BatchHeader, now_ms: int, delete_retention_ms: int,
                       transactions: CleanedTransactions, active_producers: Mapping[int, tuple[int, int]],

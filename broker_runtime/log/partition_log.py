@@ -129,6 +129,9 @@ class PartitionLog:
         self.on_io_error: Callable[[PartitionLog, OSError], None] | None = None
         self.closed = False
         self.failed = False
+        # Truncations so far: a cleaning pass planned before one must not swap anything in (its offset map saw
+        # records that are gone).
+        self.truncations = 0
         self._reported_corruption: set[tuple[Path, int]] = set()
 
     @property
@@ -546,6 +549,7 @@ class PartitionLog:
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return
+        self.truncations += 1
         keep = self._segment_index(offset)
         for segment in self.segments[keep + 1 :]:
             segment.delete()
@@ -566,6 +570,7 @@ class PartitionLog:
     @_storage_operation
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log empty at `offset`."""
+        self.truncations += 1
         for segment in self.segments:
             segment.delete()
         self.segments = [LogSegment.create(self.fs, self.dir, offset, self.config, self.clock.time_ms())]

@@ -361,3 +361,28 @@ def test_cleaner_threads_clean_and_restart_with_new_settings(fs, clock):
     assert cleaner._threads == []
     with lock:
         assert contents(plog) == sorted((o, k, v) for k, (o, v) in latest_values(history).items())
+
+
+def test_a_log_truncated_during_a_pass_is_left_as_truncated(fs, clock):
+    """A follower truncating its log while the cleaner works on it: the swap finds the segments changed, renames
+    nothing, and the next pass cleans the log as it now is."""
+    plog = open_log(fs, clock)
+    fill(plog, rounds=10)
+    cut = plog.segments[2].base_offset + 1
+    cleaner = cleaner_for(fs, clock, plog)
+
+    def on_owner(fn):
+        if "_clean_group" in fn.__qualname__ and plog.log_end_offset > cut:  # the first swap: truncate first
+            plog.truncate_to(cut)
+        return fn()
+
+    cleaner.run_on_owner = on_owner
+    assert cleaner.clean_now() == 0
+    assert not [n for n in fs.listdir(PARTITION_DIR) if n.endswith((".cleaned", ".swap", ".deleted"))]
+    assert [o for o, _, _ in contents(plog)] == list(range(cut))
+    assert plog.log_end_offset == cut and KEY not in cleaner.uncleanable
+    cleaner.run_on_owner = lambda fn: fn()
+    produce(plog, [(b"k0", b"after")])
+    plog.roll()
+    assert cleaner.clean_now() == 1
+    assert (b"k0", b"after") in {(k, v) for _, k, v in contents(plog)}
