@@ -89,7 +89,9 @@ def test_acks_all_on_three_replicas_reaches_every_replica(
     got = clients.consume(client, cluster.bootstrap, topic_name, 200, 1)
     assert clients.contents(got) == clients.contents(records)
     # every replica has all of it, byte for byte at the same offsets
-    cluster.wait_for(lambda: replicas_agree(cluster, topic_name, 1, 200), "every replica with the 200 records")
+    cluster.wait_for(
+        lambda: replicas_agree(cluster, topic_name, 1, 200), "every replica with the 200 records"
+    )
 
 
 def test_a_fetch_from_a_broker_outside_the_replica_set_is_refused(cluster, topic_name: str) -> None:
@@ -126,7 +128,9 @@ def test_min_insync_replicas_refuses_acks_all_when_brokers_are_down(cluster_fact
     assert producer.flush(30) == 0
 
 
-def test_isr_shrinks_when_a_follower_pauses_and_grows_when_it_resumes(cluster_factory, topic_name: str) -> None:
+def test_isr_shrinks_when_a_follower_pauses_and_grows_when_it_resumes(
+    cluster_factory, topic_name: str
+) -> None:
     # A short lag time so that the paused follower drops out quickly; its ZooKeeper session outlives the pause.
     c = cluster_factory(replica_lag_time_max_ms="1500", replica_fetch_wait_max_ms="200")
     c.create_topic(topic_name, 1, 3, {"min.insync.replicas": "2"})
@@ -146,7 +150,9 @@ def test_isr_shrinks_when_a_follower_pauses_and_grows_when_it_resumes(cluster_fa
     c.wait_for(lambda: paused in c.partition_state(topic_name, 0)["isr"], "the follower back in the ISR")
 
 
-def test_consumers_see_only_records_below_the_high_watermark(cluster_factory, clients, topic_name: str) -> None:
+def test_consumers_see_only_records_below_the_high_watermark(
+    cluster_factory, clients, topic_name: str
+) -> None:
     """With a follower paused, an acks=1 record is on the leader but not below the high watermark: a consumer
     does not see it until the follower has it (or leaves the ISR)."""
     c = cluster_factory(replica_lag_time_max_ms="600000")
@@ -155,7 +161,9 @@ def test_consumers_see_only_records_below_the_high_watermark(cluster_factory, cl
     follower = next(r for r in replicas if r != leader)
     os.kill(c.brokers[follower].pid, signal.SIGSTOP)
     try:
-        offsets = confluent_produce(c.brokers[leader].bootstrap, topic_name, clients.numbered_records(3), 0, {"acks": 1})
+        offsets = confluent_produce(
+            c.brokers[leader].bootstrap, topic_name, clients.numbered_records(3), 0, {"acks": 1}
+        )
         assert offsets == [0, 1, 2]
         low, high = clients.watermarks(c.brokers[leader].bootstrap, topic_name, 0)
         assert (low, high) == (0, 0)
@@ -163,3 +171,109 @@ def test_consumers_see_only_records_below_the_high_watermark(cluster_factory, cl
         os.kill(c.brokers[follower].pid, signal.SIGCONT)
     c.wait_for(lambda: clients.watermarks(c.brokers[leader].bootstrap, topic_name, 0) == (0, 3),
                "the high watermark at 3 once the follower fetched")  # fmt: skip
+
+
+def test_kill_9_of_the_leader_loses_and_duplicates_no_acknowledged_record(
+    cluster_factory, topic_name: str
+) -> None:
+    c = cluster_factory()
+    c.create_topic(topic_name, 1, 3, {"min.insync.replicas": "2"})
+    leader, _, _ = c.wait_for_leaders(topic_name, 1)[0]
+    producer = Producer(
+        {"bootstrap.servers": c.bootstrap, **ALL_ACKS, "linger.ms": 5, "message.timeout.ms": 60000}
+    )
+    acked: list[bytes] = []
+    failed: list[object] = []
+
+    def delivered(err, msg) -> None:
+        (failed if err is not None else acked).append(err if err is not None else msg.value())
+
+    sent = 0
+    for _ in range(200):
+        producer.produce(topic_name, str(sent).encode(), partition=0, on_delivery=delivered)
+        sent += 1
+    producer.flush(30)
+    c.brokers[leader].kill()  # no flush, no checkpoint: the followers have what was acknowledged
+    for _ in range(300):
+        producer.produce(topic_name, str(sent).encode(), partition=0, on_delivery=delivered)
+        sent += 1
+        producer.poll(0)
+    assert producer.flush(90) == 0
+    assert not failed
+    assert len(acked) == sent
+    c.restart(leader)
+    c.wait_for(lambda: sorted(c.partition_state(topic_name, 0)["isr"]) == [0, 1, 2], "the old leader in sync")
+    c.wait_for(lambda: replicas_agree(cluster=c, topic=topic_name, partition=0, end=sent), "replicas agree")
+    from tests.integration.conftest import confluent_consume
+
+    values = [r.value for r in confluent_consume(c.bootstrap, topic_name, sent, 0)]
+    assert sorted(values, key=int) == [
+        str(i).encode() for i in range(sent)
+    ]  # each once: nothing lost or doubled
+    assert values == [str(i).encode() for i in range(sent)]  # and in order
+
+
+def test_a_former_leader_truncates_what_the_new_leader_lacks(
+    cluster_factory, clients, topic_name: str
+) -> None:
+    """The leader takes acks=1 writes its followers never fetch (they are paused), then dies; a follower is
+    elected and takes other writes. Back, the former leader drops its unreplicated records (OffsetForLeaderEpoch
+    against the new leader's epochs) and ends byte for byte like the others."""
+    c = cluster_factory(replica_lag_time_max_ms="600000")
+    c.create_topic(topic_name, 1, 3)
+    leader, replicas, _ = c.wait_for_leaders(topic_name, 1)[0]
+    followers = [r for r in replicas if r != leader]
+    committed, new = clients.numbered_records(10, b"committed"), clients.numbered_records(7, b"new")
+    lost = clients.numbered_records(5, b"lost")
+    confluent_produce(c.bootstrap, topic_name, committed, 0, ALL_ACKS)
+    c.wait_for(lambda: replicas_agree(c, topic_name, 0, 10), "the first records everywhere")
+    for f in followers:
+        os.kill(c.brokers[f].pid, signal.SIGSTOP)
+    try:
+        # A paused follower may still have a fetch parked at the leader: this record completes it (the follower
+        # may or may not get it), so that the next records reach no follower.
+        flush = clients.numbered_records(1, b"flush")
+        confluent_produce(c.brokers[leader].bootstrap, topic_name, flush, 0, {"acks": 1})
+        offsets = confluent_produce(c.brokers[leader].bootstrap, topic_name, lost, 0, {"acks": 1})
+        assert offsets == list(range(11, 16))
+        c.brokers[leader].kill()
+    finally:
+        for f in followers:
+            os.kill(c.brokers[f].pid, signal.SIGCONT)
+    survivors = set(followers)
+    new_leader, _, _ = c.wait_for_leaders(topic_name, 1, survivors)[0]
+    assert new_leader in survivors
+    confluent_produce(c.brokers[new_leader].bootstrap, topic_name, new, 0, ALL_ACKS)
+    kept = log_end(replica_logs(c, topic_name, 0)[new_leader])  # 17, or 18 with the flush record
+    c.restart(leader)
+    c.wait_for(lambda: replicas_agree(c, topic_name, 0, kept), "the former leader truncated and caught up")
+    values = [r.value for r in clients.consume("confluent", c.bootstrap, topic_name, kept, 0)]
+    expected = committed + (flush if kept == 18 else []) + new
+    assert values == [r.value for r in expected]  # none of the unreplicated records
+    assert f"{topic_name}-0: truncating from 16 to {kept - 7}" in c.brokers[leader].log_text()
+
+
+def test_high_watermarks_are_checkpointed_on_every_replica(cluster_factory, topic_name: str) -> None:
+    c = cluster_factory(log_flush_offset_checkpoint_interval_ms="200")
+    c.create_topic(topic_name, 1, 3)
+    c.wait_for_leaders(topic_name, 1)
+    producer = Producer({"bootstrap.servers": c.bootstrap, **ALL_ACKS})
+    for i in range(25):
+        producer.produce(topic_name, str(i).encode(), partition=0)
+    assert producer.flush(30) == 0
+
+    def checkpointed(broker_id: int) -> int | None:
+        path = c.brokers[broker_id].log_dir / "replication-offset-checkpoint"
+        lines = path.read_text().splitlines() if path.exists() else []
+        found = [int(line.split()[2]) for line in lines[2:] if line.split()[:2] == [topic_name, "0"]]
+        return found[0] if found else None
+
+    # followers learn the high watermark from their fetches, and checkpoint it as the leader does
+    c.wait_for(lambda: all(checkpointed(b) == 25 for b in c.brokers), "the high watermark 25 checkpointed")
+    victim = next(b for b in c.brokers if b != c.partition_state(topic_name, 0)["leader"])
+    c.brokers[victim].kill()
+    c.restart(victim)
+    assert checkpointed(victim) == 25  # still there after the kill -9 and the restart
+    c.wait_for(
+        lambda: victim in c.partition_state(topic_name, 0)["isr"], "the restarted follower back in sync"
+    )
