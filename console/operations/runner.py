@@ -16,6 +16,7 @@ import datetime as dt
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ from django.utils import timezone
 
 from console.audit.models import Outcome
 from console.audit.recording import record
+from console.errors import Unavailable
 from console.operations.models import Operation
 from console.operations.states import IllegalTransition, State
 
@@ -41,6 +43,8 @@ TASKS = {
 }
 
 WORKER = f"{socket.gethostname()} {os.getpid()}"
+#: How long an operation keeps retrying while its cluster does not answer before it fails.
+UNAVAILABLE_RETRY_S = 120.0
 
 
 class OperationFailed(Exception):
@@ -109,15 +113,34 @@ def run(operation_id: int, body: Callable[[Operation], dict[str, Any]], *, audit
         previous = operation.worker or "an earlier worker"
         operation.worker, operation.heartbeat_at = WORKER, now
         operation.record_step("resumed", f"{previous} stopped; continuing from the steps recorded")
-    try:
-        result = body(operation)
-    except Stop:
-        return
-    except Exception as exc:
-        message = str(exc) if isinstance(exc, OperationFailed) else f"{type(exc).__name__}: {exc}"
-        log.warning("operation %s failed: %s", operation.pk, message)
-        _end(operation, State.FAILED, audit_action, error=message)
-        return
+    unavailable_since = None
+    while True:
+        try:
+            result = body(operation)
+            break
+        except Stop:
+            return
+        except Unavailable as exc:
+            # The cluster did not answer (a controller moving, a broker restarting): the steps are idempotent
+            # and recorded, so the body runs again from where it got, for a while.
+            unavailable_since = unavailable_since or time.monotonic()
+            waited = time.monotonic() - unavailable_since
+            if waited < UNAVAILABLE_RETRY_S:
+                log.info("operation %s: %s; retrying", operation.pk, exc.message)
+                time.sleep(1.0)
+                try:
+                    operation.heartbeat()
+                except Stop:
+                    return
+                continue
+            error = f"the cluster did not answer for {waited:.0f} s: {exc.message}"
+            _end(operation, State.FAILED, audit_action, error=error)
+            return
+        except Exception as exc:
+            message = str(exc) if isinstance(exc, OperationFailed) else f"{type(exc).__name__}: {exc}"
+            log.warning("operation %s failed: %s", operation.pk, message)
+            _end(operation, State.FAILED, audit_action, error=message)
+            return
     _end(operation, State.DONE, audit_action, result=result)
 
 

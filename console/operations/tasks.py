@@ -182,7 +182,7 @@ def _move_replicas(operation: Operation) -> dict:
         while targets:
             pending = set(client.ongoing_reassignments(keys))
             progress, live = _copy_progress(client, operation, pending)
-            operation.heartbeat(progress=progress, result={"partitions": live})
+            operation.heartbeat(progress=progress, result={"copy": live})
             if not pending:
                 break
             time.sleep(POLL_INTERVAL_S)
@@ -328,12 +328,14 @@ def _resume_at_start(sender=None, **kwargs) -> None:
 
 
 def watch_cluster(cluster: Cluster, now: dt.datetime | None = None) -> Operation | None:
-    """Note which brokers are missing; start a failover for one missing longer than the grace period."""
+    """Note which brokers are missing; start a failover for one missing longer than the grace period; when the
+    cluster wants returning brokers rebalanced in, start a balanced reassignment for a failed-over one that is
+    back."""
     now = now or timezone.now()
     client = client_for(cluster)
     try:
-        live = {b.id for b in client.describe_cluster()[2]}
-        md = client.metadata(max_age_s=0)
+        md = client.metadata(max_age_s=0)  # Metadata, unlike DescribeCluster, needs no controller
+        live = {b.id for b in md.brokers}
     except ConsoleError:
         return None  # the cluster does not answer at all: nothing can be moved anyway
     known = {b for p in md.partitions() for b in p.replicas}
@@ -348,6 +350,11 @@ def watch_cluster(cluster: Cluster, now: dt.datetime | None = None) -> Operation
     if missing != cluster.missing_brokers:
         Cluster.objects.filter(pk=cluster.pk).update(missing_brokers=missing)
         cluster.missing_brokers = missing
+    if cluster.failover_on_return == "rebalance":
+        returned = Operation.objects.filter(cluster=cluster, kind=Kind.FAILOVER, state=State.DONE)
+        for failover in returned.exclude(result__has_key="rebalance"):
+            if failover.params["broker"] in live and not failover.result.get("broker_returned"):
+                _start_rebalance(cluster, failover)
     for broker, since in sorted(missing.items()):
         if (now - dt.datetime.fromisoformat(since)).total_seconds() < cluster.failover_grace_s:
             continue
@@ -388,6 +395,35 @@ def _start_failover(cluster: Cluster, broker: int, since: str) -> Operation | No
         )
         runner.enqueue(operation)
     return operation
+
+
+def _start_rebalance(cluster: Cluster, failover: Operation) -> None:
+    """The failed-over broker is back and the cluster wants it rebalanced in: a balanced reassignment."""
+    broker = failover.params["broker"]
+    try:
+        params = proposals.propose(cluster, Kind.REASSIGNMENT, {})
+    except ConsoleError as exc:
+        Operation.objects.filter(pk=failover.pk).update(result={**failover.result, "rebalance": exc.message})
+        return
+    params["reason"] = f"broker {broker} returned after failover #{failover.pk}"
+    with transaction.atomic():
+        operation = Operation.objects.create(
+            kind=Kind.REASSIGNMENT, cluster=cluster, state=State.APPROVED, params=params, created_by=None
+        )
+        Operation.objects.filter(pk=failover.pk).update(result={**failover.result, "rebalance": operation.pk})
+        record(
+            user=None,
+            source="worker",
+            action_name="operation.propose",
+            cluster=cluster,
+            resource_type="broker",
+            resource_name=str(broker),
+            params=params,
+            outcome=Outcome.ACCEPTED,
+            detail=params["reason"],
+            operation=operation,
+        )
+        runner.enqueue(operation)
 
 
 @shared_task(ignore_result=True)

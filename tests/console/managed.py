@@ -259,3 +259,14 @@ def managed_fixture(settings, tmp_path, zookeeper, redis_url, transactional_db, 
     for worker in workers:
         worker.stop()
     stop_everything(supervisor, clusters_dir)
+
+
+def live_brokers(cluster) -> set[int] | None:
+    """The brokers the cluster lists, or None while it cannot say (its controller is moving)."""
+    from console.clusters.client import client_for
+    from console.errors import ConsoleError
+
+    try:
+        return {b.id for b in client_for(cluster).metadata(max_age_s=0).brokers}
+    except ConsoleError:
+        return None

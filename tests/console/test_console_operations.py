@@ -13,7 +13,7 @@ from console.audit.models import AuditEntry
 from console.clusters.client import client_for
 from console.operations.models import Operation
 from tests.console.conftest import wait_for
-from tests.console.managed import broker_rows, events, managed_fixture, wait_brokers  # noqa: F401  (fixture)
+from tests.console.managed import broker_rows, events, live_brokers, managed_fixture, wait_brokers  # noqa: F401  (fixture)
 
 
 def propose(api, persona: str, **body) -> dict:
@@ -187,7 +187,11 @@ def test_a_broker_dead_past_the_grace_period_gets_a_failover(managed, api):
     type(dead).objects.filter(pk=dead.pk).update(should_run=False)  # the supervisor must not restart it
     os.kill(dead.pid, signal.SIGKILL)
     client = client_for(cluster)
-    wait_for(lambda: 2 not in {b.id for b in client.describe_cluster()[2]}, timeout=60, what="broker 2 gone")
+    wait_for(
+        lambda: (live := live_brokers(cluster)) is not None and 2 not in live,
+        timeout=60,
+        what="broker 2 gone",
+    )
 
     def failover_started():
         cluster.refresh_from_db()
@@ -210,3 +214,46 @@ def test_a_broker_dead_past_the_grace_period_gets_a_failover(managed, api):
     # The new replicas copy from the surviving ones (replication between brokers); cancelling reverts them.
     assert set(client.ongoing_reassignments(sorted(targets))) <= set(targets)
     assert api("oscar").post(f"/api/v1/operations/{op.pk}/cancel/").status_code == 200
+
+
+def test_a_failed_over_broker_that_returns_is_rebalanced_in_when_the_cluster_says_so(managed, api):
+    """Broker 2 holds no partition of the test's topic: its failover moves nothing and ends at once; when it
+    comes back, the watch proposes and starts a balanced reassignment that gives it replicas again."""
+    from console.operations.tasks import watch_cluster
+
+    managed.worker()
+    cluster = managed.cluster
+    api("alice").patch(
+        f"/api/v1/clusters/{cluster.pk}/",
+        {"failover_grace_s": 1, "failover_on_return": "rebalance"},
+        format="json",
+    )
+    managed.create_topic(f"rb-{uuid.uuid4().hex[:6]}", [[0, 1], [1, 0], [0, 1], [1, 0]])
+    spec = broker_rows(cluster)[2]
+    type(spec).objects.filter(pk=spec.pk).update(should_run=False)
+    wait_for(
+        lambda: (live := live_brokers(cluster)) is not None and 2 not in live,
+        timeout=60,
+        what="broker 2 gone",
+    )
+
+    def watched(kind):
+        cluster.refresh_from_db()
+        watch_cluster(cluster)
+        return Operation.objects.filter(cluster=cluster, kind=kind).first()
+
+    failover = wait_for(lambda: watched("failover"), timeout=60, interval=0.5, what="a failover")
+    failover = wait_state(failover.pk, "done", "failed")
+    assert failover.state == "done", failover.error
+    assert Operation.objects.filter(kind="reassignment").count() == 0  # not while broker 2 is away
+
+    type(spec).objects.filter(pk=spec.pk).update(should_run=True)
+    wait_brokers(cluster, "running", ids=[2], supervisor=managed.supervisor)
+    wait_for(lambda: 2 in (live_brokers(cluster) or ()), timeout=60, what="broker 2 back")
+    rebalance = wait_for(lambda: watched("reassignment"), timeout=60, interval=0.5, what="a rebalance")
+    assert rebalance.created_by is None and "broker 2 returned" in rebalance.params["reason"]
+    assert any(2 in p["replicas"] for p in rebalance.params["plan"]["partitions"])
+    assert Operation.objects.get(pk=failover.pk).result["rebalance"] == rebalance.pk
+    watched("reassignment")
+    assert Operation.objects.filter(kind="reassignment").count() == 1  # started once
+    assert api("oscar").post(f"/api/v1/operations/{rebalance.pk}/cancel/").status_code == 200

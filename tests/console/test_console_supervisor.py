@@ -10,6 +10,7 @@ import uuid
 import pytest
 from kazoo.client import KazooClient
 
+from console.clusters.models import BrokerEvent
 from tests.console.conftest import wait_for
 from tests.console.managed import (
     Supervise,
@@ -110,3 +111,19 @@ def test_adding_a_broker_starts_it(supervised, api, zookeeper):
     assert len(cluster.bootstrap_list) == 2
     listed = api("victor").get(f"/api/v1/clusters/{cluster.pk}/brokers/").json()
     assert {(b["id"], b["process_state"], b["rack"]) for b in listed} >= {(1, "running", "r2")}
+
+
+def test_a_paused_broker_is_unhealthy_until_it_answers_again(supervised, api):
+    cluster = provision(api("alice"), f"m-{uuid.uuid4().hex[:6]}", brokers=1)
+    pid = wait_brokers(cluster, "running", supervisor=supervised)[0].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_brokers(cluster, "unhealthy", supervisor=supervised, timeout=30)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_brokers(cluster, "running", supervisor=supervised)
+    kinds = [k for k, _, _ in events(cluster, 0)]
+    assert kinds == ["started", "healthy", "unhealthy", "healthy"]
+    unhealthy = BrokerEvent.objects.get(broker__cluster=cluster, kind="unhealthy")
+    assert "does not answer ApiVersions" in unhealthy.detail and unhealthy.pid == pid
+    assert broker_rows(cluster)[0].pid == pid  # paused, not restarted
