@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from console.clusters.client import BrokerInfo, PartitionInfo, client_for
 from console.clusters.models import BrokerEvent, Cluster, ManagedBroker
-from console.errors import ConsoleError, NotFound
+from console.errors import ConsoleError, NotFound, Unavailable
 
 
 @dataclass
@@ -62,8 +62,11 @@ def brokers(
     """(broker rows, cluster id, controller id, disk error) for the cluster's live brokers, plus managed
     brokers that are down."""
     client = client_for(cluster)
-    cluster_id, controller_id, live = client.describe_cluster()
     md = client.metadata()
+    try:
+        cluster_id, controller_id, live = client.describe_cluster()
+    except Unavailable:  # no controller known while one is elected: Metadata still lists the brokers
+        cluster_id, controller_id, live = md.cluster_id, md.controller_id, list(md.brokers)
     rows = {b.id: _row(b, "online", controller_id) for b in live}
     for p in md.partitions():
         if p.leader in rows:
