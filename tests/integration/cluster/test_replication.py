@@ -277,3 +277,73 @@ def test_high_watermarks_are_checkpointed_on_every_replica(cluster_factory, topi
     c.wait_for(
         lambda: victim in c.partition_state(topic_name, 0)["isr"], "the restarted follower back in sync"
     )
+
+
+def test_a_reassignment_adding_a_replica_completes_while_producers_write(
+    cluster_factory, clients, topic_name: str
+) -> None:
+    from kafka.admin import KafkaAdminClient
+    from kafka.structs import TopicPartition
+
+    c = cluster_factory()
+    admin = KafkaAdminClient(bootstrap_servers=c.bootstrap)
+    try:
+        from kafka.admin import NewTopic as PyNewTopic
+
+        admin.create_topics([PyNewTopic(topic_name, -1, -1, replica_assignments={0: [0, 1]})])
+        c.wait_for_leaders(topic_name, 1)
+        before = clients.numbered_records(300, b"before")
+        confluent_produce(c.bootstrap, topic_name, before, 0, ALL_ACKS)
+        admin.alter_partition_reassignments({TopicPartition(topic_name, 0): [1, 2]})
+        during = clients.numbered_records(100, b"during")
+        confluent_produce(c.bootstrap, topic_name, during, 0, ALL_ACKS)
+        c.wait_for(
+            lambda: (
+                c.znode(f"/brokers/topics/{topic_name}")["partitions"]["0"] == [1, 2]
+                and not admin.list_partition_reassignments()
+            ),
+            "the move done",
+        )
+        assert c.znode(f"/brokers/topics/{topic_name}").get("adding_replicas", {}) == {}
+        assert sorted(c.partition_state(topic_name, 0)["isr"]) == [1, 2]
+        c.wait_for(lambda: not (c.brokers[0].log_dir / f"{topic_name}-0").exists(), "the old replica deleted")
+    finally:
+        admin.close()
+    c.wait_for(lambda: replicas_agree(c, topic_name, 0, 400), "both replicas with every record")
+    got = clients.consume("confluent", c.bootstrap, topic_name, 400, 0)
+    assert [r.value for r in got] == [r.value for r in before + during]
+
+
+def test_a_replication_throttle_bounds_the_copy_rate(cluster_factory, clients, topic_name: str) -> None:
+    """A new replica copies 1 MB through a 100 kB/s throttle (leader and follower side), in fetches of at most
+    64 kB: the copy's average rate stays near the throttle (under twice it), where unthrottled it takes a
+    fraction of a second."""
+    import time
+
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.structs import TopicPartition
+
+    rate = 100_000
+    c = cluster_factory(
+        leader_replication_throttled_rate=str(rate), follower_replication_throttled_rate=str(rate),
+        replica_fetch_max_bytes="65536", replication_quota_window_num="2",
+    )  # fmt: skip
+    admin = KafkaAdminClient(bootstrap_servers=c.bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic_name, -1, -1, replica_assignments={0: [0]}, topic_configs={
+            "leader.replication.throttled.replicas": "*", "follower.replication.throttled.replicas": "*",
+        })])  # fmt: skip
+        c.wait_for_leaders(topic_name, 1)
+        producer = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0})
+        for _ in range(100):  # one batch each: a fetch holds several, and the throttle can work batch by batch
+            producer.produce(topic_name, os.urandom(10_000), partition=0)
+            assert producer.flush(30) == 0
+        size = len(log_bytes(c.brokers[0].log_dir / f"{topic_name}-0"))
+        started = time.monotonic()
+        admin.alter_partition_reassignments({TopicPartition(topic_name, 0): [0, 1]})
+        c.wait_for(lambda: replicas_agree(c, topic_name, 0, 100), "the new replica copied", timeout=120)
+        elapsed = time.monotonic() - started
+        c.wait_for(lambda: not admin.list_partition_reassignments(), "the move done")
+    finally:
+        admin.close()
+    assert size / elapsed < 2 * rate, f"{size} bytes copied in {elapsed:.1f}s through a {rate} B/s throttle"
