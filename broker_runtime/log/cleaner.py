@@ -219,7 +219,9 @@ def _records(batch: memoryview, header: BatchHeader) -> list[_Record]:
     records = []
     pos = 0
     base_offset, base_ts = header.base_offset, header.base_timestamp
-    for _ in range(header.record_count):
+    for i in range(header.record_count):
+        if i & 127 == 127:
+            time.sleep(0)  # a large batch is long work: let the event loop take the GIL every 128 records
         length, pos = _varint(body, pos)
         end = pos + length
         ts_delta, p = _varint(body, pos + 1)  # skip the record attributes
