@@ -417,7 +417,6 @@ CLEANUP_POLICIES = ("delete", "compact")
 
 # Kafka features Odradek does not build, named in the errors and warnings of the settings that belong to them.
 TIERED_STORAGE = "tiered storage is not built"
-CLUSTERS = "ZooKeeper clusters are not built yet"
 TRANSACTIONS = "transactions are not built"
 
 # fmt: off
@@ -633,6 +632,10 @@ _BROKER_DEFS: list[ConfigDef] = [
     _d("replica.fetch.backoff.ms", INT, 1000, "Follower sleep after a fetch error.", at_least(0)),
     _d("replica.socket.timeout.ms", INT, 30000, "Socket timeout of follower fetches."),
     _d("replica.socket.receive.buffer.bytes", INT, 65536, "SO_RCVBUF of follower fetches."),
+    _d("socket.connection.setup.timeout.ms", LONG, 10000, "Wait for a connection to another broker."),
+    _d("socket.connection.setup.timeout.max.ms", LONG, 30000, "Max wait for a connection to another broker."),
+    _d("unclean.leader.election.interval.ms", LONG, 300000, "How often a KRaft controller looks for leaderless "
+       "partitions to elect unclean leaders.", at_least(1)),
     _d("replica.high.watermark.checkpoint.interval.ms", LONG, 5000, "How often high watermarks are "
        "checkpointed."),
     _d("num.replica.alter.log.dirs.threads", INT, None, "Threads moving replicas between log dirs."),
@@ -668,14 +671,17 @@ _BROKER_DEFS: list[ConfigDef] = [
 # Every accepted broker key that Odradek does not act on, by reason. Setting one (in the file, with --override or
 # with AlterConfigs) logs a WARNING naming the key and the reason; README lists them.
 _NO_EFFECT_BROKER: dict[str, tuple[str, ...]] = {
-    CLUSTERS: (
-        "broker.id.generation.enable", "reserved.broker.max.id", "inter.broker.listener.name",
-        "security.inter.broker.protocol", "control.plane.listener.name", "zookeeper.session.timeout.ms",
-        "zookeeper.connection.timeout.ms", "zookeeper.max.in.flight.requests", "zookeeper.set.acl",
-        "request.timeout.ms", "auto.leader.rebalance.enable", "leader.imbalance.per.broker.percentage",
-        "leader.imbalance.check.interval.seconds", "controlled.shutdown.enable", "controlled.shutdown.max.retries",
-        "controlled.shutdown.retry.backoff.ms", "controller.socket.timeout.ms", "unclean.leader.election.enable",
+    "brokers reach each other on the one listener Odradek serves": (
+        "inter.broker.listener.name", "security.inter.broker.protocol", "control.plane.listener.name",
     ),
+    "the ZooKeeper client keeps its own request window and creates znodes without ACLs": (
+        "zookeeper.max.in.flight.requests", "zookeeper.set.acl",
+    ),
+    "requests between brokers time out by controller.socket.timeout.ms and replica.socket.timeout.ms": (
+        "request.timeout.ms", "socket.connection.setup.timeout.ms", "socket.connection.setup.timeout.max.ms",
+    ),
+    "the ZooKeeper-mode controller elects unclean leaders when a partition's config allows it, not on a "
+    "timer": ("unclean.leader.election.interval.ms",),
     "replica fetchers use the operating system's socket buffer sizes": ("replica.socket.receive.buffer.bytes",),
     "a broker has one log dir per partition and never moves replicas between its log dirs": (
         "replica.alter.log.dirs.io.max.bytes.per.second", "num.replica.alter.log.dirs.threads",
@@ -720,7 +726,6 @@ _NO_EFFECT_BROKER: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 _NO_EFFECT_TOPIC: dict[str, tuple[str, ...]] = {
-    CLUSTERS: ("unclean.leader.election.enable",),
     "a recompressing topic uses each codec's default level": (
         "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
     ),
@@ -1046,10 +1051,6 @@ _UNBUILT_BROKER_CONFIGS: dict[str, tuple[str, ...]] = {
     "authorization is not built (listeners start with the broker)": ("early.start.listeners",),
     "unstable protocol and feature versions are not served": (
         "unstable.api.versions.enable", "unstable.feature.versions.enable",
-    ),
-    CLUSTERS + " (inter-broker connections come with them)": (
-        "socket.connection.setup.timeout.ms", "socket.connection.setup.timeout.max.ms",
-        "unclean.leader.election.interval.ms",
     ),
     "it is an internal Kafka setting for tests": ("log.initial.task.delay.ms",),
 }  # fmt: skip

@@ -167,3 +167,19 @@ def test_a_cluster_broker_without_an_id_and_without_generation_is_refused(capsys
                  "--override", "broker.id.generation.enable=false"])  # fmt: skip
     assert code == 2
     assert "broker.id: set it, or broker.id.generation.enable=true" in capsys.readouterr().err
+
+
+def test_no_setting_the_broker_reads_is_said_to_be_without_effect() -> None:
+    """A key looked up by the broker's code (`config["key"]`) must not be logged as "set but without effect"
+    (the cluster's settings were, after the cluster was built)."""
+    import re
+    from pathlib import Path
+
+    import broker_runtime
+
+    root = Path(broker_runtime.__file__).parent
+    source = "\n".join(path.read_text() for path in root.rglob("*.py") if path.name != "config.py")
+    read = set(re.findall(r"""config\[["']([a-z0-9.]+)["']\]""", source))
+    flagged = {d.name for d in [*BROKER_CONFIG_DEFS.values(), *TOPIC_CONFIG_DEFS.values()] if d.no_effect}
+    assert read, "the pattern finds no config lookups"
+    assert sorted(read & flagged) == []
