@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from broker_runtime.clock import Clock
 from broker_runtime.log import checkpoint
@@ -190,12 +190,30 @@ class Throttler:
 # --- records of one batch --------------------------------------------------------------------------------------
 
 
-class _Record(NamedTuple):
-    offset: int
-    timestamp: int
-    key: bytes | None
-    has_value: bool
-    tail: memoryview  # key length through headers, copied as is into a rebuilt batch
+@dataclass(slots=True)
+class _Records:
+    """The records of one batch as parallel lists of ints and bytes: nothing per record for the cyclic GC to
+    track (a batch can hold thousands, and collections of a busy broker's heap would stall the event loop)."""
+
+    body: bytes  # decompressed
+    offsets: list[int]
+    timestamps: list[int]
+    keys: list[bytes | None]
+    has_value: list[bool]
+    tails: list[int]  # where each record's key length starts: from there to its end it is copied as is
+    ends: list[int]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+def _politely(count: int) -> Iterator[int]:
+    """range(count), giving the GIL up every 128: the cleaner threads are Python, and the event loop must not
+    wait for a whole batch of thousands of records."""
+    for i in range(count):
+        if i & 127 == 127:
+            time.sleep(0)
+        yield i
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -210,32 +228,37 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
     return read_varint(buf, pos)
 
 
-def _records(batch: memoryview, header: BatchHeader) -> list[_Record]:
+def _records(batch: memoryview, header: BatchHeader) -> _Records:
     """The records of one batch (decompressed if need be), kept as raw tails so a rewrite copies them."""
     body = bytes(batch[HEADER_SIZE : header.size])
     if header.codec:
         body = decompress(header.codec, body, _MAX_DECOMPRESSED)
-    view = memoryview(body)
-    records = []
+    records = _Records(body, [], [], [], [], [], [])
+    offsets, timestamps, keys, has_value = (
+        records.offsets,
+        records.timestamps,
+        records.keys,
+        records.has_value,
+    )
+    tails, ends = records.tails, records.ends
     pos = 0
     base_offset, base_ts = header.base_offset, header.base_timestamp
-    for i in range(header.record_count):
-        if i & 127 == 127:
-            time.sleep(0)  # a large batch is long work: let the event loop take the GIL every 128 records
+    for _ in _politely(header.record_count):
         length, pos = _varint(body, pos)
         end = pos + length
         ts_delta, p = _varint(body, pos + 1)  # skip the record attributes
         offset_delta, p = _varint(body, p)
-        tail_start = p
+        tails.append(p)
         key_len, p = _varint(body, p)
         if key_len >= 0:
-            key = body[p : p + key_len]
+            keys.append(body[p : p + key_len])
             p += key_len
         else:
-            key = None
-        records.append(
-            _Record(base_offset + offset_delta, base_ts + ts_delta, key, body[p] != 1, view[tail_start:end])
-        )
+            keys.append(None)
+        offsets.append(base_offset + offset_delta)
+        timestamps.append(base_ts + ts_delta)
+        has_value.append(body[p] != 1)  # a value length of -1 is the one-byte varint 1
+        ends.append(end)
         pos = end
     if pos != len(body):
         raise UncleanableLog(f"batch at offset {base_offset}: its records do not add up to its length")
@@ -246,23 +269,26 @@ def _delete_horizon(header: BatchHeader) -> int | None:
     return header.base_timestamp if header.attributes & DELETE_HORIZON_FLAG else None
 
 
-def _rebuilt_batch(header: BatchHeader, kept: list[_Record], delete_horizon: int | None) -> bytearray:
-    """The batch with only `kept` records, as Kafka's MemoryRecordsBuilder writes it for the cleaner: same base
-    offset and last offset (so the last sequence stays), producer fields, leader epoch, codec and timestamp type;
-    the base timestamp is the delete horizon when there is one (record deltas follow it)."""
-    log_append_time = header.log_append_time
+def _rebuilt_batch(
+    header: BatchHeader, records: _Records, kept: list[int], delete_horizon: int | None
+) -> bytearray:
+    """The batch with only the records at indexes `kept`, as Kafka's MemoryRecordsBuilder writes it for the
+    cleaner: same base offset and last offset (so the last sequence stays), producer fields, leader epoch, codec
+    and timestamp type; the base timestamp is the delete horizon when there is one (record deltas follow it)."""
     if kept:
-        base_ts = delete_horizon if delete_horizon is not None else kept[0].timestamp
-        max_ts = header.max_timestamp if log_append_time else max(r.timestamp for r in kept)
-        body = bytearray()
-        for record in kept:
+        timestamps, offsets, body = records.timestamps, records.offsets, records.body
+        base_ts = delete_horizon if delete_horizon is not None else timestamps[kept[0]]
+        max_ts = header.max_timestamp if header.log_append_time else max(timestamps[i] for i in kept)
+        out_body = bytearray()
+        for n in _politely(len(kept)):
+            i = kept[n]
             encoded = bytearray(b"\x00")
-            write_varint(encoded, record.timestamp - base_ts)
-            write_varint(encoded, record.offset - header.base_offset)
-            encoded += record.tail
-            write_varint(body, len(encoded))
-            body += encoded
-        payload = compress(header.codec, bytes(body)) if header.codec else body
+            write_varint(encoded, timestamps[i] - base_ts)
+            write_varint(encoded, offsets[i] - header.base_offset)
+            encoded += body[records.tails[i] : records.ends[i]]
+            write_varint(out_body, len(encoded))
+            out_body += encoded
+        payload = compress(header.codec, bytes(out_body)) if header.codec else out_body
         attributes = header.attributes & ~DELETE_HORIZON_FLAG
         if delete_horizon is not None:
             attributes |= DELETE_HORIZON_FLAG
@@ -345,10 +371,10 @@ class CleanedTransactions:
 
 
 def _control_type(batch: memoryview, header: BatchHeader) -> int | None:
-    records = _records(batch, header)
-    if not records or records[0].key is None or len(records[0].key) < 4:
+    keys = _records(batch, header).keys
+    if not keys or keys[0] is None or len(keys[0]) < 4:
         return None
-    return _CONTROL_KEY.unpack_from(records[0].key)[1]
+    return _CONTROL_KEY.unpack_from(keys[0])[1]
 
 
 # --- what to clean -----------------------------------------------------------------------------------------------
@@ -642,12 +668,14 @@ class Cleaner:
                 if header.is_control:
                     transactions.on_control_batch(header, _control_type(batch, header))
                 elif not transactions.on_batch(header):
-                    for record in _records(batch, header):
-                        if record.key is not None and record.offset >= start:
+                    records = _records(batch, header)
+                    for i in _politely(len(records)):
+                        key, offset = records.keys[i], records.offsets[i]
+                        if key is not None and offset >= start:
                             if offset_map.full:
                                 return
-                            offset_map.put(record.key, record.offset)
-                        stats.map_records += 1
+                            offset_map.put(key, offset)
+                    stats.map_records += len(records)
                 offset_map.latest_offset = max(offset_map.latest_offset, header.last_offset)
             offset_map.latest_offset = max(offset_map.latest_offset, next_start - 1)  # a gap ends the segment
 
@@ -734,25 +762,34 @@ class Cleaner:
         if discard_records:
             kept = []
         elif header.is_control:
-            kept = records
+            kept = list(range(len(records)))
         else:
             kept = []
-            for record in records:
-                if record.offset > offset_map.latest_offset or (
-                    record.key is not None
-                    and record.offset >= offset_map.get(record.key)
-                    and (record.has_value or horizon is None or now_ms < horizon)
+            offsets, keys, has_value, latest = (
+                records.offsets,
+                records.keys,
+                records.has_value,
+                offset_map.latest_offset,
+            )
+            for i in _politely(len(records)):
+                offset, key = offsets[i], keys[i]
+                if offset > latest or (
+                    key is not None
+                    and offset >= offset_map.get(key)
+                    and (has_value[i] or horizon is None or now_ms < horizon)
                 ):
-                    kept.append(record)
+                    kept.append(i)
         stats.records_kept += len(kept)
         if kept:
-            tombstones = any(not r.has_value for r in kept) and not header.is_control
+            tombstones = not header.is_control and not all(records.has_value[i] for i in kept)
             set_horizon = (tombstones or marker_for_empty_txn) and horizon is None
             if len(kept) == len(records) and not set_horizon:
                 return batch
-            return _rebuilt_batch(header, kept, now_ms + delete_retention_ms if set_horizon else horizon)
+            return _rebuilt_batch(
+                header, records, kept, now_ms + delete_retention_ms if set_horizon else horizon
+            )
         if last_of_producer:
-            return _rebuilt_batch(header, [], None)
+            return _rebuilt_batch(header, records, [], None)
         return None
 
 
