@@ -260,10 +260,10 @@ def markdown(result: dict[str, Any]) -> str:
         + (f" ({t['reason']})" if t.get("reason") else "")
         + ".",
         "",
-        "The cleaner is a Python thread in the broker process, at nice 19, giving the GIL up between batches and "
-        "every 128 records: the p50 under cleaning shows what sharing the GIL costs; tails present in both rows "
-        "come from the machine (shared; see the load average). `log.cleaner.io.max.bytes.per.second` trades "
-        "cleaning speed for latency.",
+        "The cleaner is a Python thread in the broker process, giving the GIL up between batches and every 128 "
+        "records: the p50 under cleaning shows what sharing the GIL costs; tails present in both rows come from "
+        "the machine (shared; see the load average). `log.cleaner.io.max.bytes.per.second` trades cleaning "
+        "speed for latency.",
         "",
     ]
     return "\n".join(lines)

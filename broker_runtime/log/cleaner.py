@@ -37,10 +37,8 @@ written.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
-import os
 import struct
 import threading
 import time
@@ -884,9 +882,6 @@ class LogCleaner:
         self._wake.set()
 
     def _run(self, thread_index: int) -> None:
-        # Below the event loop for the CPU (Linux nices threads one by one): cleaning waits, produce and fetch don't.
-        with contextlib.suppress(OSError, AttributeError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         cleaner = Cleaner(self.fs, self.clock, self.config, self.run_on_owner, should_stop=self._stop.is_set,
                           sleep_ms=lambda ms: self._stop.wait(ms / 1000))  # fmt: skip
         while not self._stop.is_set():
