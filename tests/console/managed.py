@@ -235,7 +235,11 @@ def managed_fixture(settings, tmp_path, zookeeper, redis_url, transactional_db, 
             from kafka.admin import NewTopic
 
             client = client_for(self.cluster)
-            topic = NewTopic(name, -1, -1, replica_assignments=dict(enumerate(assignment)))
+            # Topics of one replica take acks=all writes too (deploy/cluster.properties asks for two in-sync ones).
+            topic = NewTopic(
+                name, -1, -1, replica_assignments=dict(enumerate(assignment)),
+                topic_configs={"min.insync.replicas": "1"},
+            )
             client._kafka_python_admin().create_topics([topic])
 
             def ready():
