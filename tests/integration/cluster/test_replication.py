@@ -17,7 +17,14 @@ from confluent_kafka import KafkaError, Producer
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_v12
 
-from tests.integration.conftest import RawClient, confluent_produce, kafka_python_produce
+from tests.integration.conftest import (
+    RawClient,
+    aiokafka_produce,
+    confluent_produce,
+    kafka_python_produce,
+    rec_to_js,
+    run_kafkajs,
+)
 
 pytestmark = pytest.mark.odradek_only
 
@@ -74,7 +81,7 @@ def follower_fetch(broker, topic: str, partition: int, replica_id: int, leader_e
     return ErrorCode(response.responses[0].partitions[0].error_code).name
 
 
-@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka", "kafkajs"])
 def test_acks_all_on_three_replicas_reaches_every_replica(
     cluster, clients, topic_name: str, client: str
 ) -> None:
@@ -83,10 +90,20 @@ def test_acks_all_on_three_replicas_reaches_every_replica(
     records = clients.numbered_records(200)
     if client == "confluent":
         offsets = confluent_produce(cluster.bootstrap, topic_name, records, 1, ALL_ACKS)
-    else:
+    elif client == "kafka-python":
         offsets = kafka_python_produce(cluster.bootstrap, topic_name, records, 1, acks="all")
+    elif client == "aiokafka":
+        offsets = aiokafka_produce(
+            cluster.bootstrap, topic_name, records, 1, acks="all", enable_idempotence=True
+        )
+    else:
+        # the kafkajs runner takes one bootstrap address
+        answers = run_kafkajs("produce", cluster.brokers[0].bootstrap, topic=topic_name, acks=-1, idempotent=True,
+                              messages=[rec_to_js(r, 1) for r in records])  # fmt: skip
+        assert [a["errorCode"] for a in answers] == [0]
+        offsets = list(range(answers[0]["baseOffset"], answers[0]["baseOffset"] + len(records)))
     assert offsets == list(range(200))
-    got = clients.consume(client, cluster.bootstrap, topic_name, 200, 1)
+    got = clients.consume(client, cluster.brokers[2].bootstrap, topic_name, 200, 1)
     assert clients.contents(got) == clients.contents(records)
     # every replica has all of it, byte for byte at the same offsets
     cluster.wait_for(
@@ -335,7 +352,9 @@ def test_a_replication_throttle_bounds_the_copy_rate(cluster_factory, clients, t
         })])  # fmt: skip
         c.wait_for_leaders(topic_name, 1)
         producer = Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 0})
-        for _ in range(100):  # one batch each: a fetch holds several, and the throttle can work batch by batch
+        for _ in range(
+            100
+        ):  # one batch each: a fetch holds several, and the throttle can work batch by batch
             producer.produce(topic_name, os.urandom(10_000), partition=0)
             assert producer.flush(30) == 0
         size = len(log_bytes(c.brokers[0].log_dir / f"{topic_name}-0"))
