@@ -4,14 +4,17 @@ Theory of operation
 -------------------
 - **Leadership.** The runtime listens to `ReplicaManager` leadership events. When this broker becomes leader of a
   `__consumer_offsets` partition it creates a `GroupCoordinatorShard` and loads it: reads the partition from its
-  log start to its log end in `offsets.load.buffer.size` chunks, replays every record, and only then serves the
-  partition's groups (COORDINATOR_LOAD_IN_PROGRESS meanwhile). Losing leadership unloads the shard: everything
-  parked in it is answered NOT_COORDINATOR and clients look the coordinator up again.
+  log start up to its high watermark in `offsets.load.buffer.size` chunks, replays those records, waits until the
+  high watermark reaches the log end (a new leader's last records are committed once its followers have them),
+  and only then serves the partition's groups (COORDINATOR_LOAD_IN_PROGRESS meanwhile). Losing leadership unloads
+  the shard: everything parked in it is answered NOT_COORDINATOR and clients look the coordinator up again.
 - **Requests.** `call()` runs one synchronous shard handler, hands the appends it queued to the shard's writer
   and waits for the handler's `Reply` (a JoinGroup may wait for a whole rebalance).
 - **Appends.** One writer task per shard appends queued record sets in order, several at a time as one batch,
   with acks=-1 and `offsets.commit.timeout.ms`; after each append it replays the records into the shard at their
-  offsets and runs the continuations, which complete replies (OffsetCommit, the leader's SyncGroup, ...).
+  offsets and runs the continuations, which complete replies (OffsetCommit, the leader's SyncGroup, ...). An
+  append that failed after reaching the log (the ISR did not acknowledge in time) may still be committed: the
+  shard is reloaded, so its state is always that of the log at its high watermark.
 - **Timers.** One task sleeps until the earliest shard deadline (sessions, join and sync phases, offset expiry)
   and polls the due shards; every shard call wakes it so that a new, earlier deadline is seen at once.
 """
@@ -56,6 +59,10 @@ T = TypeVar("T")
 MAX_RECORDS_PER_APPEND = 2000
 # Merged batches stay well under the default max.message.bytes (1048588) of __consumer_offsets.
 MAX_MERGED_BATCH_BYTES = 512 * 1024
+
+
+# Append errors raised after the records reached this leader's log (waiting for the ISR): they may still commit.
+MAYBE_WRITTEN = frozenset({ErrorCode.request_timed_out, ErrorCode.not_enough_replicas_after_append})
 
 
 def _estimated_size(append: Append) -> int:
@@ -172,29 +179,44 @@ class GroupCoordinatorRuntime:
         plog = partition.log
         chunk = self.broker.config["offsets.load.buffer.size"]
         offset = plog.log_start_offset
-        end = plog.log_end_offset
         records = batches = 0
         shard = handle.shard
         try:
-            while offset < end:
-                data = plog.read(offset, chunk, end, True)
-                if not data:
-                    break
-                for header in iter_headers(data):
-                    batches += 1
-                    if header.is_control:
-                        _replay_marker(shard, data, header)
+            while True:
+                # Only records at or below the high watermark are replayed: one past it may still be lost with
+                # this leader. Records this leader has past its high watermark become committed (or the
+                # leadership moves and this task is cancelled) before the shard serves.
+                committed = partition.high_watermark
+                while offset < committed:
+                    data = plog.read(offset, chunk, committed, True)
+                    if not data:
+                        offset = committed  # nothing left below the high watermark (compacted away)
+                        break
+                    for header in iter_headers(data):
+                        if header.next_offset > committed:
+                            break
+                        batches += 1
+                        if header.is_control:
+                            _replay_marker(shard, data, header)
+                        else:
+                            producer_id, transactional = header.producer_id, header.is_transactional
+                            for offset_of_record, key, value in iter_key_values(data, header):
+                                if key is None:
+                                    continue  # Kafka requires keys here; a keyless record is not ours
+                                shard.replay(key, value, offset_of_record, producer_id=producer_id,
+                                             transactional=transactional)  # fmt: skip
+                                records += 1
+                        offset = header.next_offset
                     else:
-                        producer_id, transactional = header.producer_id, header.is_transactional
-                        for offset_of_record, key, value in iter_key_values(data, header):
-                            if key is None:
-                                continue  # Kafka requires keys here; a keyless record is not ours
-                            shard.replay(key, value, offset_of_record, producer_id=producer_id,
-                                         transactional=transactional)  # fmt: skip
-                            records += 1
-                    offset = header.next_offset
-                # Let the broker serve other requests between chunks of a large partition.
-                await asyncio.sleep(0)
+                        # Let the broker serve other requests between chunks of a large partition.
+                        await asyncio.sleep(0)
+                        if handle.status is not ShardStatus.LOADING:
+                            return
+                        continue
+                    break  # a batch straddles the high watermark: wait for it to move
+                if offset >= plog.log_end_offset:
+                    break
+                await self.broker.replica_manager.wait_for_data([partition], 1000)
                 if handle.status is not ShardStatus.LOADING:
                     return
             shard.finish_load()
@@ -305,8 +327,20 @@ class GroupCoordinatorRuntime:
             if handle.status is not ShardStatus.ACTIVE:
                 error = error or ErrorCode.not_coordinator
             self._finish(handle, appends, error)
+            if error in MAYBE_WRITTEN and handle.status is ShardStatus.ACTIVE:
+                # The records are in the log but not yet at the high watermark: they may still be committed
+                # (or lost with this leader). Rebuild the shard from the log, which replays them only once the
+                # high watermark covers them, so that its state never differs from the committed log.
+                log.warning("reloading %s-%d after an append that may yet be committed", OFFSETS_TOPIC,
+                            handle.partition)  # fmt: skip
+                asyncio.get_running_loop().call_soon(self._reload, handle)
+                return
             if handle.status is ShardStatus.ACTIVE:
                 self._after_call(handle)
+
+    def _reload(self, handle: ShardHandle) -> None:
+        if self._shards.get(handle.partition) is handle:
+            self._on_leadership(OFFSETS_TOPIC, handle.partition, True, handle.leader_epoch)
 
     @staticmethod
     def _finish(handle: ShardHandle, appends: list[Append], error: ErrorCode | None) -> None:
@@ -395,7 +429,15 @@ class GroupCoordinatorRuntime:
     async def _create_offsets_topic(self) -> None:
         config = self.broker.config
         live_brokers = len(self.broker.metadata.brokers())
-        replication = max(1, min(config["offsets.topic.replication.factor"], live_brokers))
+        replication = config["offsets.topic.replication.factor"]
+        if self.broker.member is None:
+            replication = max(1, min(replication, live_brokers))
+        elif live_brokers < replication:
+            # Kafka's answer: no offsets topic below its replication factor (FindCoordinator keeps answering
+            # COORDINATOR_NOT_AVAILABLE until enough brokers are up).
+            log.error("cannot create %s: %d live brokers, below offsets.topic.replication.factor %d",
+                      OFFSETS_TOPIC, live_brokers, replication)  # fmt: skip
+            return
         try:
             await self.broker.create_topic(
                 OFFSETS_TOPIC,

@@ -64,6 +64,18 @@ class MemoryLog:
 @dataclass
 class FakePartition:
     log: MemoryLog = field(default_factory=MemoryLog)
+    held_high_watermark: int | None = None  # None: every append is committed at once (a lone replica)
+    waiters: list[asyncio.Future] = field(default_factory=list)
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.log_end_offset if self.held_high_watermark is None else self.held_high_watermark
+
+    def commit_to(self, offset: int | None) -> None:
+        self.held_high_watermark = offset
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 @dataclass
@@ -97,7 +109,17 @@ class FakeReplicaManager:
         if self.fail_with is not None:
             raise KafkaError(self.fail_with)
         self.appended_batches += 1
-        return AppendResult(self.partitions[index].log.append(batch))
+        partition = self.partitions[index]
+        base = partition.log.append(batch)
+        if partition.high_watermark < partition.log.log_end_offset:
+            raise KafkaError(E.request_timed_out)  # written here, not (yet) by the ISR
+        return AppendResult(base)
+
+    async def wait_for_data(self, partitions, timeout_ms) -> None:
+        future = asyncio.get_running_loop().create_future()
+        for p in partitions:
+            p.waiters.append(future)
+        await asyncio.wait([future], timeout=timeout_ms / 1000)
 
 
 class FakeMetadata:
@@ -128,6 +150,7 @@ class FakeBroker:
         }
         self.replica_manager = FakeReplicaManager()
         self.metadata = FakeMetadata()
+        self.member = None  # standalone
 
 
 def group_on(partition: int) -> str:
@@ -292,6 +315,53 @@ def test_a_parked_join_is_answered_not_coordinator_when_the_partition_moves() ->
         assert not parked.done()
         broker.replica_manager.lead(1, is_leader=False)
         assert (await parked).error is E.not_coordinator
+        await runtime.stop()
+
+    run(scenario())
+
+
+def test_a_load_replays_only_committed_records_and_serves_once_the_leaders_records_are_committed() -> None:
+    async def scenario():
+        broker, runtime = await started()
+        group = group_on(1)
+        rm = broker.replica_manager
+        rm.partitions[1] = FakePartition()
+        plog = rm.partitions[1].log
+        for offset in (3, 7):
+            plog.append(build_batch([(encode_offset_commit_key(group, "t", 0),
+                                      encode_offset_commit_value(OffsetCommitValue(offset, "", 0)))]))  # fmt: skip
+        rm.partitions[1].commit_to(1)  # only the first commit is at the high watermark
+        rm.lead(1)
+        await asyncio.sleep(0.05)
+        with pytest.raises(KafkaError) as loading:
+            await runtime.call(group, lambda s: s.fetch_offsets(group, None))
+        assert loading.value.error_code is E.coordinator_load_in_progress
+        assert rm.listeners and runtime.is_loading()
+        rm.partitions[1].commit_to(None)  # the followers caught up
+        await until(lambda: runtime.active_shards(), "the shard")
+        fetched = await runtime.call(group, lambda s: s.fetch_offsets(group, [TopicPartition("t", 0)]))
+        assert fetched.partitions[0].offset == 7
+        await runtime.stop()
+
+    run(scenario())
+
+
+def test_an_append_that_times_out_is_replayed_once_the_high_watermark_covers_it() -> None:
+    async def scenario():
+        broker, runtime = await started()
+        group = group_on(0)
+        rm = broker.replica_manager
+        rm.lead(0)
+        await until(lambda: runtime.active_shards(), "the shard")
+        rm.partitions[0].commit_to(0)  # the ISR stops acknowledging
+        (result,) = await runtime.call(group, lambda s: s.commit_offsets(commit(group, 42)))
+        assert result.error is E.request_timed_out  # as Kafka answers it
+        # the record is in the log, not committed: the shard reloads and does not show it
+        await until(lambda: runtime.is_loading(), "the reload")
+        rm.partitions[0].commit_to(None)  # now the ISR has it
+        await until(lambda: runtime.active_shards(), "the reloaded shard")
+        fetched = await runtime.call(group, lambda s: s.fetch_offsets(group, [TopicPartition("t", 0)]))
+        assert fetched.partitions[0].offset == 42
         await runtime.stop()
 
     run(scenario())
