@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := gcc libc6-dev python3-dev zookeeper redis-server chromium
 JS_DIR := tests/integration/js
 
-.PHONY: install java up cluster test bench reports screenshots lint format clean
+.PHONY: install java up cluster test chaos bench reports screenshots lint format clean
 
 install: debian-packages java $(VENV)/.installed $(JS_DIR)/node_modules/.installed
 
@@ -49,6 +49,14 @@ cluster: install
 
 test: install
 	$(PY) -m pytest
+
+# The fault test's long form: CHAOS_SECONDS of faults chosen at random (seed CHAOS_SEED, random when unset) against
+# a three-broker cluster; the history's verdict is written to bench/results/chaos-<time>.json.
+CHAOS_SECONDS ?= 600
+chaos: install
+	CHAOS_SECONDS=$(CHAOS_SECONDS) CHAOS_SEED=$${CHAOS_SEED:-$$RANDOM$$RANDOM} \
+	CHAOS_RESULT=bench/results/chaos-$$(date -u +%Y%m%dT%H%M%SZ).json \
+	$(PY) -m pytest -q -s --timeout=0 tests/integration/cluster/test_chaos.py
 
 bench: install
 	$(PY) bench/run.py

@@ -9,7 +9,9 @@ def clean_history():
     acked = [Record(p, o, value_of("p1", p * 10 + o)) for p in range(2) for o in range(5)]
     final = list(acked)
     observed = acked[:7] + acked[3:5]  # a redelivery during the run is fine
-    commits = [Commit(0, 2, "ack"), Commit(0, 2, "read"), Commit(0, 5, "ack"), Commit(1, 5, "read")]
+    commits = [Commit(0, 2, "ack", 0, 1), Commit(0, 2, "read", 2, 3), Commit(0, 5, "ack", 2.5, 4),
+               Commit(0, 2, "read", 3.5, 5),  # overlaps the commit of 5: may see either
+               Commit(0, 5, "read", 6, 7), Commit(1, 5, "read", 6, 7)]  # fmt: skip
     return acked, observed, final, commits
 
 
@@ -55,7 +57,10 @@ def test_records_out_of_their_producers_order_are_caught() -> None:
 
 def test_a_committed_offset_going_backwards_is_caught() -> None:
     acked, observed, final, commits = clean_history()
-    assert problems_of(acked, observed, final, [*commits, Commit(0, 3, "read")]) == ["commit went back"]
+    assert problems_of(acked, observed, final, [*commits, Commit(0, 3, "read", 8, 9)]) == ["commit went back"]
+    # a read sent after an acknowledged commit that shows the offset before it
+    went_back = [Commit(1, 2, "read", 0, 1), Commit(1, 4, "ack", 1, 2), Commit(1, 2, "read", 3, 4)]
+    assert problems_of(acked, observed, final, went_back) == ["commit went back"]
 
 
 def test_a_commit_past_the_end_of_the_log_is_caught() -> None:
