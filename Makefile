@@ -64,6 +64,7 @@ bench: install
 	$(PY) bench/cleaner_bench.py
 	$(PY) bench/console.py
 	$(PY) bench/operations.py
+	$(PY) bench/cluster_bench.py
 
 # The three PySpark reports against a running cluster, into var/reports/<report>/<time>/.
 REPORT_ARGS ?= --bootstrap-servers 127.0.0.1:9092 --since 24h

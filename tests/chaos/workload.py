@@ -99,7 +99,11 @@ class Workload:
         try:
             while not self._stop.is_set():
                 messages = consumer.consume(200, 0.5)
-                seen = [Record(m.partition(), m.offset(), m.value().decode()) for m in messages if m.error() is None]
+                seen = [
+                    Record(m.partition(), m.offset(), m.value().decode())
+                    for m in messages
+                    if m.error() is None
+                ]
                 if not seen:
                     continue
                 with h.lock:
@@ -187,7 +191,9 @@ class Nemesis:
         return {"broker": victim}
 
     def _kill_leader(self) -> dict:
-        return self._kill(self.cluster.partition_state(self.topic, self.rng.randrange(self.partitions))["leader"])
+        return self._kill(
+            self.cluster.partition_state(self.topic, self.rng.randrange(self.partitions))["leader"]
+        )
 
     def _kill_coordinator(self) -> dict:
         offsets_partitions = len(self.cluster.children(f"/brokers/topics/{OFFSETS_TOPIC}/partitions"))

@@ -19,7 +19,9 @@ RECORDS = 60
 
 def make_cluster(cluster_factory):
     return cluster_factory(
-        offsets_topic_replication_factor=3, offsets_topic_num_partitions=OFFSETS_PARTITIONS, min_insync_replicas=2
+        offsets_topic_replication_factor=3,
+        offsets_topic_num_partitions=OFFSETS_PARTITIONS,
+        min_insync_replicas=2,
     )
 
 
