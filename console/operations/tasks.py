@@ -370,6 +370,28 @@ def watch_cluster(cluster: Cluster, now: dt.datetime | None = None) -> Operation
     return None
 
 
+def _start_approved(cluster: Cluster, kind: str, params: dict, broker: int, reason: str) -> Operation:
+    """An operation the console starts by itself (no one to approve it), audited as proposed by the watch."""
+    params["reason"] = reason
+    operation = Operation.objects.create(
+        kind=kind, cluster=cluster, state=State.APPROVED, params=params, created_by=None
+    )
+    record(
+        user=None,
+        source="worker",
+        action_name="operation.propose",
+        cluster=cluster,
+        resource_type="broker",
+        resource_name=str(broker),
+        params=params,
+        outcome=Outcome.ACCEPTED,
+        detail=reason,
+        operation=operation,
+    )
+    runner.enqueue(operation)
+    return operation
+
+
 def _start_failover(cluster: Cluster, broker: int, since: str) -> Operation | None:
     try:
         params = proposals.propose(cluster, Kind.FAILOVER, {"broker": broker})
@@ -377,24 +399,9 @@ def _start_failover(cluster: Cluster, broker: int, since: str) -> Operation | No
         log.warning("failover of broker %s in %s not possible: %s", broker, cluster.name, exc.message)
         return None
     params["missing_since"] = since
+    reason = f"broker {broker} missing since {since}, past the {cluster.failover_grace_s} s grace period"
     with transaction.atomic():
-        operation = Operation.objects.create(
-            kind=Kind.FAILOVER, cluster=cluster, state=State.APPROVED, params=params, created_by=None
-        )
-        record(
-            user=None,
-            source="worker",
-            action_name="operation.propose",
-            cluster=cluster,
-            resource_type="broker",
-            resource_name=str(broker),
-            params=params,
-            outcome=Outcome.ACCEPTED,
-            detail=f"broker {broker} missing since {since}, past the {cluster.failover_grace_s} s grace period",
-            operation=operation,
-        )
-        runner.enqueue(operation)
-    return operation
+        return _start_approved(cluster, Kind.FAILOVER, params, broker, reason)
 
 
 def _start_rebalance(cluster: Cluster, failover: Operation) -> None:
@@ -405,25 +412,10 @@ def _start_rebalance(cluster: Cluster, failover: Operation) -> None:
     except ConsoleError as exc:
         Operation.objects.filter(pk=failover.pk).update(result={**failover.result, "rebalance": exc.message})
         return
-    params["reason"] = f"broker {broker} returned after failover #{failover.pk}"
     with transaction.atomic():
-        operation = Operation.objects.create(
-            kind=Kind.REASSIGNMENT, cluster=cluster, state=State.APPROVED, params=params, created_by=None
-        )
+        reason = f"broker {broker} returned after failover #{failover.pk}"
+        operation = _start_approved(cluster, Kind.REASSIGNMENT, params, broker, reason)
         Operation.objects.filter(pk=failover.pk).update(result={**failover.result, "rebalance": operation.pk})
-        record(
-            user=None,
-            source="worker",
-            action_name="operation.propose",
-            cluster=cluster,
-            resource_type="broker",
-            resource_name=str(broker),
-            params=params,
-            outcome=Outcome.ACCEPTED,
-            detail=params["reason"],
-            operation=operation,
-        )
-        runner.enqueue(operation)
 
 
 @shared_task(ignore_result=True)
