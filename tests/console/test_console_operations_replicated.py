@@ -1,0 +1,170 @@
+"""Operations that copy replicas between brokers, end to end: reassignment under producer load, failover back to
+the replication factor, decommission of a broker holding replicas, raising a replication factor. A managed
+cluster of real broker processes, its supervisor, real Celery workers, real clients."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from console.clusters.client import client_for
+from console.operations.models import Operation
+from console.operations.tasks import watch_cluster
+from tests.console.conftest import wait_for
+from tests.console.managed import broker_rows, managed_fixture  # noqa: F401  (fixture)
+from tests.console.test_console_operations import propose, steps, wait_state
+
+TIMEOUT_S = 240
+
+
+class LoadedProducer:
+    """An idempotent acks=all producer writing numbered records until stopped; remembers what was acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.acked: list[bytes] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5}
+        )
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _delivered(self, err, msg) -> None:
+        if err is None:
+            self.acked.append(msg.value())
+        else:
+            self.errors.append(str(err))
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            try:
+                self._producer.produce(self.topic, value=f"{n:08d}".encode(), key=str(n % 97).encode(),
+                                       on_delivery=self._delivered)  # fmt: skip
+                n += 1
+            except BufferError:
+                self._producer.poll(0.05)
+            self._producer.poll(0)
+            if n % 200 == 0:
+                self._producer.poll(0.01)
+
+    def __enter__(self) -> LoadedProducer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert self._producer.flush(60) == 0
+
+
+def read_all(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})  # fmt: skip
+    ends = {
+        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)
+    }
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values, positions = [], dict.fromkeys(range(partitions), 0)
+    while any(positions[p] < ends[p] for p in positions):
+        msg = consumer.poll(5)
+        if msg is None or msg.error():
+            continue
+        values.append(msg.value())
+        positions[msg.partition()] = msg.offset() + 1
+    consumer.close()
+    return values
+
+
+def in_sync(cluster, topic: str) -> dict[int, tuple[list[int], list[int]]]:
+    md = client_for(cluster).metadata(max_age_s=0)
+    return {p.partition: (list(p.replicas), sorted(p.isr)) for p in md.topic(topic).partitions}
+
+
+def test_reassignment_under_producer_load_loses_and_duplicates_nothing(managed, api):
+    managed.worker()
+    cluster = managed.cluster
+    topic = managed.create_topic(f"load-{uuid.uuid4().hex[:6]}", [[0, 1], [1, 2], [2, 0]])
+    plan = {"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [2, 1]},
+        {"topic": topic, "partition": 1, "replicas": [0, 2]},
+    ]}  # fmt: skip
+    with LoadedProducer(cluster.bootstrap_servers, topic) as producer:
+        wait_for(lambda: len(producer.acked) > 2000, timeout=60, what="records acknowledged before the move")
+        created = propose(api, "oscar", kind="reassignment", cluster=cluster.pk, plan=plan)
+        api("oscar").post(f"/api/v1/operations/{created['id']}/approve/")
+        op = wait_state(created["id"], "done", "failed", timeout=TIMEOUT_S)
+        assert op.state == "done", op.error
+        acked_during = len(producer.acked)
+    assert producer.errors == []
+    state = in_sync(cluster, topic)
+    assert {p: r for p, (r, _) in state.items()} == {0: [2, 1], 1: [0, 2], 2: [2, 0]}
+    assert all(sorted(r) == isr for r, isr in state.values())
+    consumed = read_all(cluster.bootstrap_servers, topic, 3)
+    assert len(consumed) == len(set(consumed)), "a record was written twice"
+    assert set(producer.acked) <= set(consumed), "an acknowledged record was lost"
+    assert acked_during > 2000 and any(r["bytes_total"] > 0 for r in op.result["copy"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="broker bug: a partition whose reassignment removes a dead replica (here [0, 2] -> [0, 1] with broker 2 "
+    "dead) never takes the caught-up new replica into its ISR (the ISR stays [0]), so the move never completes",
+)
+def test_failover_after_the_grace_period_restores_the_replication_factor(managed, api):
+    managed.worker()
+    cluster = managed.cluster
+    api("alice").patch(f"/api/v1/clusters/{cluster.pk}/", {"failover_grace_s": 2}, format="json")
+    topic = managed.create_topic(f"fo-{uuid.uuid4().hex[:6]}", [[0, 2], [2, 1], [1, 0]])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    for i in range(3000):
+        producer.produce(topic, value=b"v" * 200, partition=i % 3)
+    assert producer.flush(60) == 0
+    dead = broker_rows(cluster)[2]
+    type(dead).objects.filter(pk=dead.pk).update(should_run=False)
+    os.kill(dead.pid, signal.SIGKILL)
+
+    def failover():
+        cluster.refresh_from_db()
+        watch_cluster(cluster)
+        return Operation.objects.filter(cluster=cluster, kind="failover").first()
+
+    op = wait_for(failover, timeout=90, interval=0.5, what="a failover")
+    op = wait_state(op.pk, "done", "failed", timeout=90)
+    assert op.state == "done", op.error
+    state = in_sync(cluster, topic)
+    assert all(len(r) == 2 and 2 not in r and sorted(r) == isr for r, isr in state.values()), state
+    assert len(read_all(cluster.bootstrap_servers, topic, 3)) == 3000
+
+
+def test_decommission_moves_every_replica_away_then_stops_the_broker(managed, api):
+    managed.worker()
+    cluster = managed.cluster
+    topic = managed.create_topic(f"dc-{uuid.uuid4().hex[:6]}", [[0, 2], [2, 1], [1, 0]])
+    created = propose(api, "alice", kind="decommission", cluster=cluster.pk, broker=2)
+    assert len(created["plan"]["partitions"]) == 2
+    api("alice").post(f"/api/v1/operations/{created['id']}/approve/")
+    op = wait_state(created["id"], "done", "failed", timeout=TIMEOUT_S)
+    assert op.state == "done", op.error
+    assert steps(op)[-2:] == ["stopping", "deregistered"]
+    assert all(2 not in r for r, _ in in_sync(cluster, topic).values())
+    assert broker_rows(cluster)[2].state == "stopped"
+
+
+def test_raising_a_replication_factor(managed, api):
+    managed.worker()
+    cluster = managed.cluster
+    topic = managed.create_topic(f"rf-{uuid.uuid4().hex[:6]}", [[0], [1]])
+    created = propose(
+        api, "oscar", kind="replication_factor", cluster=cluster.pk, topic=topic, replication_factor=3
+    )
+    api("oscar").post(f"/api/v1/operations/{created['id']}/approve/")
+    op = wait_state(created["id"], "done", "failed", timeout=TIMEOUT_S)
+    assert op.state == "done", op.error
+    assert all(sorted(r) == [0, 1, 2] == isr for r, isr in in_sync(cluster, topic).values())
