@@ -33,7 +33,10 @@ def wait_state(operation_id: int, *states: str, timeout: float = 120) -> Operati
         op = Operation.objects.get(pk=operation_id)
         client = client_for(op.cluster)
         ongoing = client.ongoing_reassignments()
-        isr = {(p.topic, p.partition): (p.leader, p.replicas, p.isr) for p in client.metadata(max_age_s=0).partitions()}
+        isr = {
+            (p.topic, p.partition): (p.leader, p.replicas, p.isr)
+            for p in client.metadata(max_age_s=0).partitions()
+        }
         isr = {k: v for k, v in isr.items() if k in ongoing}
         raise AssertionError(
             f"{exc}: {op.state}, steps {op.steps}, result {op.result}, in Kafka {ongoing}, (leader, replicas, isr) {isr}"
