@@ -144,7 +144,13 @@ class GroupCoordinatorRuntime:
     def _on_leadership(self, topic: str, index: int, is_leader: bool, leader_epoch: int) -> None:
         if topic != OFFSETS_TOPIC or not self._active:
             return
-        if index in self._shards:
+        handle = self._shards.get(index)
+        if handle is not None and is_leader:
+            # Still the leader, at a newer epoch (an ISR or replica change): the shard stays, as Kafka's
+            # coordinator skips a partition it already owns or is loading.
+            handle.leader_epoch = leader_epoch
+            return
+        if handle is not None:
             self._unload(index)
         if is_leader:
             shard = GroupCoordinatorShard(index, self.config, self.clock)
@@ -340,6 +346,7 @@ class GroupCoordinatorRuntime:
 
     def _reload(self, handle: ShardHandle) -> None:
         if self._shards.get(handle.partition) is handle:
+            self._unload(handle.partition)
             self._on_leadership(OFFSETS_TOPIC, handle.partition, True, handle.leader_epoch)
 
     @staticmethod

@@ -94,10 +94,10 @@ class FakeReplicaManager:
     def add_leadership_listener(self, fn) -> None:
         self.listeners.append(fn)
 
-    def lead(self, index: int, is_leader: bool = True) -> None:
+    def lead(self, index: int, is_leader: bool = True, epoch: int = 0) -> None:
         self.partitions.setdefault(index, FakePartition())
         for fn in self.listeners:
-            fn(OFFSETS_TOPIC, index, is_leader, 0)
+            fn(OFFSETS_TOPIC, index, is_leader, epoch)
 
     def get_partition(self, topic: str, index: int):
         return self.partitions.get(index) if topic == OFFSETS_TOPIC else None
@@ -362,6 +362,19 @@ def test_an_append_that_times_out_is_replayed_once_the_high_watermark_covers_it(
         await until(lambda: runtime.active_shards(), "the reloaded shard")
         fetched = await runtime.call(group, lambda s: s.fetch_offsets(group, [TopicPartition("t", 0)]))
         assert fetched.partitions[0].offset == 42
+        await runtime.stop()
+
+    run(scenario())
+
+
+def test_staying_leader_at_a_newer_epoch_keeps_the_loaded_shard() -> None:
+    async def scenario():
+        broker, runtime = await started()
+        broker.replica_manager.lead(0)
+        await until(lambda: runtime.active_shards(), "the shard")
+        (shard,) = runtime.active_shards()
+        broker.replica_manager.lead(0, epoch=1)  # an ISR change: the controller bumps the leader epoch
+        assert runtime.active_shards() == [shard] and not runtime.is_loading()
         await runtime.stop()
 
     run(scenario())
