@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "console.groups",
     "console.audit",
     "console.operations",
+    "console.monitoring",
 ]
 
 MIDDLEWARE = [
@@ -180,6 +181,8 @@ CELERY_BEAT_SCHEDULE = {
     "refresh-group-lag": {"task": "console.groups.tasks.refresh_all_lag", "schedule": 30.0},
     "resume-stalled-operations": {"task": "console.operations.tasks.resume_stalled", "schedule": 15.0},
     "watch-brokers-for-failover": {"task": "console.operations.tasks.watch_brokers", "schedule": 5.0},
+    # samples each cluster whose own interval (SamplerConfig.interval_s, 30 s by default) has passed
+    "sample-lag": {"task": "console.monitoring.tasks.sample_due", "schedule": 5.0},
 }
 CELERY_TIMEZONE = TIME_ZONE
 
@@ -194,6 +197,13 @@ CONSOLE_OPERATIONS_QUEUE = os.environ.get("CONSOLE_OPERATIONS_QUEUE", "celery")
 CONSOLE_OPERATION_LEASE_S = float(os.environ.get("CONSOLE_OPERATION_LEASE_S", "20"))
 # The audit topic each cluster receives its audit entries on (one partition, 90 days, never compacted).
 CONSOLE_AUDIT_TOPIC = os.environ.get("CONSOLE_AUDIT_TOPIC", "__odradek_audit")
+
+# Lag monitoring: how long sampled offsets are kept, the alert notifications' rate limit per rule, and the
+# bearer token /metrics asks for (empty: no token).
+CONSOLE_LAG_RETENTION_S = int(os.environ.get("CONSOLE_LAG_RETENTION_S", "3600"))
+CONSOLE_ALERT_NOTIFICATIONS_PER_HOUR = int(os.environ.get("CONSOLE_ALERT_NOTIFICATIONS_PER_HOUR", "20"))
+CONSOLE_METRICS_TOKEN = os.environ.get("CONSOLE_METRICS_TOKEN", "")
+DEFAULT_FROM_EMAIL = os.environ.get("CONSOLE_FROM_EMAIL", "odradek-console@localhost")
 
 LOGGING = {
     "version": 1,

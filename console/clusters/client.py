@@ -20,6 +20,7 @@ from typing import Any
 
 from confluent_kafka import (
     ConsumerGroupTopicPartitions,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Producer,
@@ -428,9 +429,11 @@ class ClusterClient:
             out[tp.partition] = deleted.low_watermark
         return out
 
-    def offsets(self, partitions: Iterable[tuple[str, int]], spec: str | int) -> dict[tuple[str, int], int]:
+    def offsets(
+        self, partitions: Iterable[tuple[str, int]], spec: str | int, *, read_committed: bool = False
+    ) -> dict[tuple[str, int], int]:
         """Offsets per (topic, partition): spec "earliest", "latest", or a timestamp in ms (the first offset at
-        or after it; -1 where there is none)."""
+        or after it; -1 where there is none). `read_committed`: "latest" is the last stable offset."""
         if spec == "earliest":
             offset_spec = OffsetSpec.earliest()
         elif spec == "latest":
@@ -440,7 +443,8 @@ class ClusterClient:
         request = {TopicPartition(t, p): offset_spec for t, p in partitions}
         if not request:
             return {}
-        futures = self.admin.list_offsets(request, request_timeout=self.timeout_s)
+        isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+        futures = self.admin.list_offsets(request, isolation_level=isolation, request_timeout=self.timeout_s)
         return {
             (tp.topic, tp.partition): _result(f, what="listing offsets", timeout=self.timeout_s + 1).offset
             for tp, f in futures.items()
