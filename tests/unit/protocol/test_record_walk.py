@@ -287,3 +287,33 @@ def test_every_codec_round_trips_in_bounded_chunks() -> None:
         assert b"".join(chunks) == data
         if codec not in (CODEC_NONE, CODEC_SNAPPY):  # snappy blocks come whole, their size checked first
             assert max(map(len, chunks)) <= CHUNK_SIZE
+
+
+def test_zstd_streams_read_at_once_or_abandoned_never_share_a_context() -> None:
+    """A thread reuses its zstd context only after a stream was read to its end: streams interleaved, abandoned
+    half-way or after an error still decompress exactly."""
+    one = bytes(itertools.islice(itertools.cycle(range(251)), 5 * CHUNK_SIZE + 5))
+    two = bytes(itertools.islice(itertools.cycle(range(7)), 5 * CHUNK_SIZE + 3))
+    zone, ztwo = compress(CODEC_ZSTD, one), compress(CODEC_ZSTD, two)
+
+    first, second = (
+        decompressed_chunks(CODEC_ZSTD, zone, len(one)),
+        decompressed_chunks(CODEC_ZSTD, ztwo, len(two)),
+    )
+    got_one, got_two = [next(first)], [next(second)]
+    got_one += first
+    got_two += second
+    assert (b"".join(got_one), b"".join(got_two)) == (one, two)
+
+    abandoned = decompressed_chunks(CODEC_ZSTD, zone, len(one))
+    next(abandoned)
+    reading = decompressed_chunks(CODEC_ZSTD, ztwo, len(two))
+    got = [next(reading)]
+    abandoned.close()
+    got += reading
+    assert b"".join(got) == two
+
+    with pytest.raises(records.CorruptPayload):
+        b"".join(decompressed_chunks(CODEC_ZSTD, b"not a zstd frame at all", len(one)))
+    for _ in range(2):  # the second read reuses the context the first gave back
+        assert b"".join(decompressed_chunks(CODEC_ZSTD, zone, len(one))) == one
