@@ -48,6 +48,12 @@ ACTIONS: dict[str, Role] = {
     "message.produce": Role.OPERATOR,
     "group.reset_offsets": Role.OPERATOR,
     "group.delete": Role.ADMIN,
+    "alert_rule.create": Role.OPERATOR,
+    "alert_rule.update": Role.OPERATOR,
+    "alert_rule.delete": Role.OPERATOR,
+    "silence.create": Role.OPERATOR,
+    "silence.delete": Role.OPERATOR,
+    "sampler.configure": Role.ADMIN,
 }
 
 #: What reading needs, per kind of page or endpoint.

@@ -7,6 +7,7 @@ from rest_framework.permissions import AllowAny
 from console.audit import api as audit
 from console.clusters import api as clusters
 from console.groups import api as groups
+from console.monitoring import api as monitoring
 from console.operations import api as operations
 from console.topics import api as topics
 
@@ -54,4 +55,11 @@ urlpatterns = [
         name="api-operation-cancel",
     ),
     path("audit/", audit.AuditListView.as_view(), name="api-audit"),
+    path("alerts/", monitoring.AlertListView.as_view(), name="api-alerts"),
+    path("alerts/rules/", monitoring.RuleListView.as_view(), name="api-alert-rules"),
+    path("alerts/rules/<int:rule_id>/", monitoring.RuleDetailView.as_view(), name="api-alert-rule"),
+    path("alerts/silences/", monitoring.SilenceListView.as_view(), name="api-silences"),
+    path("alerts/silences/<int:silence_id>/", monitoring.SilenceDetailView.as_view(), name="api-silence"),
+    path(cluster + "sampler/", monitoring.SamplerView.as_view(), name="api-sampler"),
+    path(cluster + "lag/<path:group_id>/", monitoring.GroupLagView.as_view(), name="api-group-lag"),
 ]

@@ -60,6 +60,7 @@ urlpatterns = [
         name="operation_cancel",
     ),
     path("audit/", audit_views.audit_list, name="audit"),
+    path("", include("console.monitoring.urls")),
     path("api/v1/", include("console.api_urls")),
     path("django-admin/", admin.site.urls),
 ]

@@ -237,7 +237,10 @@ def managed_fixture(settings, tmp_path, zookeeper, redis_url, transactional_db, 
             client = client_for(self.cluster)
             # Topics of one replica take acks=all writes too (deploy/cluster.properties asks for two in-sync ones).
             topic = NewTopic(
-                name, -1, -1, replica_assignments=dict(enumerate(assignment)),
+                name,
+                -1,
+                -1,
+                replica_assignments=dict(enumerate(assignment)),
                 topic_configs={"min.insync.replicas": "1"},
             )
             client._kafka_python_admin().create_topics([topic])

@@ -299,3 +299,127 @@ def test_notifications_are_rate_limited(cluster, new_topic, slow_consumer, setti
     sample_cluster(cluster, T0, publish=False)
     queued = evaluate_cluster(cluster, T0)
     assert sorted(n.status for n in queued) == ["pending", "rate_limited"]
+
+
+@pytest.fixture
+def sampled_group(cluster, new_topic, slow_consumer):
+    """A group with lag 6 on one partition, sampled in three rounds (T0, T0+30 s, T0+60 s)."""
+    topic = new_topic(partitions=1)
+    produce(cluster, topic, 10)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    slow_consumer(topic, group).consume(4)
+    for i in range(3):
+        sample_cluster(cluster, T0 + i * STEP, publish=False)
+    return topic, group
+
+
+def test_metrics_use_kafka_lag_exporters_names(client, cluster, sampled_group, settings):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    topic, group = sampled_group
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for s in family.samples
+    }
+    part = (("cluster_name", "test"), ("group", group), ("partition", "0"), ("topic", topic))
+    assert samples[("kafka_consumergroup_group_lag", part)] == 6
+    assert samples[("kafka_consumergroup_group_offset", part)] == 4
+    assert ("kafka_consumergroup_group_lag_seconds", part) in samples
+    assert samples[("kafka_consumergroup_group_max_lag", (("cluster_name", "test"), ("group", group)))] == 6
+    assert samples[("kafka_consumergroup_group_sum_lag", (("cluster_name", "test"), ("group", group)))] == 6
+    topic_labels = (("cluster_name", "test"), ("partition", "0"), ("topic", topic))
+    assert samples[("kafka_partition_latest_offset", topic_labels)] == 10
+    # three rounds, committed offset fixed, lag above 0, a member-less group, no new data: STALL -> ERR
+    assert samples[("odradek_consumergroup_status", (("cluster_name", "test"), ("group", group)))] == 2
+
+    settings.CONSOLE_METRICS_TOKEN = "scrape-me"
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers={"Authorization": "Bearer scrape-me"}).status_code == 200
+
+
+def test_rules_through_the_api_are_audited_and_checked(api, cluster):
+    from console.audit.models import AuditEntry, Outcome
+
+    body = {
+        "name": "big lag",
+        "cluster": cluster.pk,
+        "group_pattern": "billing-*",
+        "condition": "lag_seconds",
+        "threshold": 120,
+        "for_s": 300,
+        "severity": "critical",
+        "webhook_url": "http://127.0.0.1:9/hook",
+        "webhook_secret": "k",
+    }
+    assert api("victor").post("/api/v1/alerts/rules/", body, format="json").status_code == 403
+    response = api("oscar").post("/api/v1/alerts/rules/", body, format="json")
+    assert response.status_code == 201, response.json()
+    rule_id = response.json()["id"]
+    assert "webhook_secret" not in response.json()
+    entry = AuditEntry.objects.get(action="alert_rule.create", outcome=Outcome.OK)
+    assert (entry.resource_name, entry.params["webhook_secret"]) == ("big lag", "***")
+
+    bad = api("oscar").post(
+        "/api/v1/alerts/rules/", {**body, "name": "x", "condition": "vibes"}, format="json"
+    )
+    assert bad.status_code == 400 and "condition" in bad.json()
+    duplicate = api("oscar").post("/api/v1/alerts/rules/", body, format="json")
+    assert duplicate.status_code == 400 and "name" in duplicate.json()
+
+    changed = api("oscar").patch(f"/api/v1/alerts/rules/{rule_id}/", {"threshold": 60}, format="json")
+    assert (changed.status_code, changed.json()["threshold"]) == (200, 60)
+    assert api("oscar").delete(f"/api/v1/alerts/rules/{rule_id}/").status_code == 204
+    assert list(
+        AuditEntry.objects.filter(resource_type="alert_rule", outcome=Outcome.OK)
+        .order_by("pk")
+        .values_list("action", flat=True)
+    ) == ["alert_rule.create", "alert_rule.update", "alert_rule.delete"]
+
+
+def test_silences_and_sampler_interval_through_the_api(api, cluster):
+    silence = {
+        "cluster": cluster.pk,
+        "subject_pattern": "group:*",
+        "starts_at": "2030-01-01T00:00:00Z",
+        "ends_at": "2030-01-01T02:00:00Z",
+        "comment": "upgrade window",
+    }
+    response = api("oscar").post("/api/v1/alerts/silences/", silence, format="json")
+    assert response.status_code == 201, response.json()
+    backwards = api("oscar").post(
+        "/api/v1/alerts/silences/", {**silence, "ends_at": "2029-12-31T00:00:00Z"}, format="json"
+    )
+    assert backwards.status_code == 400 and "ends_at" in backwards.json()
+    assert api("oscar").put(f"/api/v1/clusters/{cluster.pk}/sampler/", {"interval_s": 10}).status_code == 403
+    ok = api("alice").put(f"/api/v1/clusters/{cluster.pk}/sampler/", {"interval_s": 10}, format="json")
+    assert (ok.status_code, ok.json()["interval_s"]) == (200, 10)
+
+
+def test_sample_due_honours_each_clusters_interval(cluster, settings):
+    from console.monitoring.models import SamplerConfig
+    from console.monitoring.tasks import sample_due
+
+    SamplerConfig.objects.create(cluster=cluster, interval_s=60)
+    assert sample_due(T0) == 1
+    assert sample_due(T0 + 30_000) == 0
+    assert sample_due(T0 + 60_000) == 1
+
+
+def test_group_lag_api_and_charts(api, client, personas, cluster, sampled_group):
+    topic, group = sampled_group
+    body = api("victor").get(f"/api/v1/clusters/{cluster.pk}/lag/{group}/").json()
+    assert (body["lag"], body["status"], body["partitions"][0]["status"]) == (6, "ERR", "STALL")
+    assert body["history"]["lag"] == [[T0, 6], [T0 + STEP, 6], [T0 + 2 * STEP, 6]]
+    assert api("victor").get(f"/api/v1/clusters/{cluster.pk}/lag/nobody/").status_code == 404
+
+    client.force_login(personas["victor"])
+    fragment = client.get(f"/clusters/{cluster.pk}/lag/{group}/").content.decode()
+    assert 'id="chart-group-lag"' in fragment and "<polyline" in fragment
+    svg = client.get(f"/clusters/{cluster.pk}/lag/{group}/chart-lag.svg")
+    assert svg["Content-Type"] == "image/svg+xml" and b"<polyline" in svg.content
+    rates = client.get(f"/clusters/{cluster.pk}/rates/{topic}/").content.decode()
+    assert 'id="chart-topic-messages"' in rates
+    assert client.get(f"/clusters/{cluster.pk}/lag/{group}/chart-nope.svg").status_code == 404

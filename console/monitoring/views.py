@@ -1,0 +1,196 @@
+"""Pages: the alerts page (rules, open and resolved alerts, silences), and the htmx fragments other pages load:
+a group's lag over time, a topic's throughput over time, a cluster's open alerts; and the charts as SVG files."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from console.access import Role, check_role
+from console.clusters.models import Cluster
+from console.monitoring import actions
+from console.monitoring.charts import line_chart
+from console.monitoring.models import Alert, AlertRule, AlertState, Notification, Silence
+from console.monitoring.selectors import group_lag_history, lag_now, topic_throughput
+from console.web import page, run_action
+
+MAX_PARTITION_LINES = 8
+
+
+class RuleForm(forms.ModelForm):
+    webhook_url = forms.URLField(required=False, max_length=1000, assume_scheme="https")
+
+    class Meta:
+        model = AlertRule
+        fields = list(actions.RULE_FIELDS)
+
+
+class SilenceForm(forms.ModelForm):
+    class Meta:
+        model = Silence
+        fields = ["cluster", "rule", "subject_pattern", "starts_at", "ends_at", "comment"]
+
+
+def _form_errors(request, form) -> None:
+    from django.contrib import messages
+
+    for field, errors in form.errors.items():
+        for error in errors:
+            messages.error(request, f"{field}: {error}" if field != "__all__" else error)
+
+
+@page("monitoring/alerts.html")
+def alerts_page(request):
+    now = dt.datetime.now(tz=dt.UTC)
+    return {
+        "rules": AlertRule.objects.select_related("cluster"),
+        "open_alerts": Alert.objects.exclude(state=AlertState.RESOLVED).select_related("rule", "cluster"),
+        "resolved": Alert.objects.filter(state=AlertState.RESOLVED).select_related("rule", "cluster")[:50],
+        "silences": Silence.objects.filter(ends_at__gt=now).select_related("rule", "cluster"),
+        "notifications": Notification.objects.select_related("alert__rule")[:50],
+        "rule_form": RuleForm(),
+        "silence_form": SilenceForm(initial={"starts_at": now, "ends_at": now + dt.timedelta(hours=1)}),
+        "nav": "alerts",
+    }
+
+
+def _back() -> HttpResponseRedirect:
+    return HttpResponseRedirect(reverse("alerts"))
+
+
+@login_required
+@require_POST
+def rule_create(request):
+    form = RuleForm(request.POST)
+    if form.is_valid():
+        run_action(
+            request,
+            lambda: actions.do_create_rule(request.user, form.cleaned_data, source="web"),
+            success=f"Rule {form.cleaned_data['name']!r} created.",
+        )
+    else:
+        check_role(request.user, Role.OPERATOR, "Creating rules")
+        _form_errors(request, form)
+    return _back()
+
+
+@login_required
+@require_POST
+def rule_delete(request, rule_id: int):
+    rule = get_object_or_404(AlertRule, pk=rule_id)
+    run_action(
+        request, lambda: actions.do_delete_rule(request.user, rule, source="web"), success="Rule deleted."
+    )
+    return _back()
+
+
+@login_required
+@require_POST
+def silence_create(request):
+    form = SilenceForm(request.POST)
+    if form.is_valid():
+        run_action(
+            request,
+            lambda: actions.do_create_silence(request.user, form.cleaned_data, source="web"),
+            success="Silence created.",
+        )
+    else:
+        check_role(request.user, Role.OPERATOR, "Creating silences")
+        _form_errors(request, form)
+    return _back()
+
+
+@login_required
+@require_POST
+def silence_delete(request, silence_id: int):
+    silence = get_object_or_404(Silence, pk=silence_id)
+    run_action(
+        request,
+        lambda: actions.do_delete_silence(request.user, silence, source="web"),
+        success="Silence ended.",
+    )
+    return _back()
+
+
+def _group_charts(cluster: Cluster, group_id: str) -> dict[str, str]:
+    history = group_lag_history(cluster, group_id)
+    partitions = dict(sorted(history["partitions"].items())[:MAX_PARTITION_LINES])
+    return {
+        "lag": line_chart({"lag": history["lag"]}, title="Lag (offsets)", chart_id="chart-group-lag"),
+        "lag_seconds": line_chart(
+            {"lag": history["lag_seconds"]},
+            title="Lag (seconds)",
+            unit="s",
+            chart_id="chart-group-lag-seconds",
+        ),
+        "partitions": line_chart(
+            partitions, title="Lag per partition (offsets)", chart_id="chart-partition-lag"
+        ),
+    }
+
+
+def _topic_charts(cluster: Cluster, topic: str) -> dict[str, str]:
+    rates = topic_throughput(cluster, topic)
+    return {
+        "messages": line_chart(
+            {"in": rates["messages_in"], "out": rates["messages_out"]},
+            title="Messages per second",
+            chart_id="chart-topic-messages",
+        ),
+        "bytes": line_chart(
+            {"in": rates["bytes_in"]}, title="Bytes in per second", chart_id="chart-topic-bytes"
+        ),
+    }
+
+
+@page("monitoring/_group_lag.html")
+def group_lag(request, cluster, group_id):
+    import time
+
+    now_ms = int(time.time() * 1000)
+    current = lag_now(cluster, now_ms, group=group_id).get(group_id)
+    return {"charts": _group_charts(cluster, group_id), "current": current, "group_id": group_id}
+
+
+@page("monitoring/_topic_rates.html")
+def topic_rates(request, cluster, topic):
+    return {"charts": _topic_charts(cluster, topic), "topic": topic}
+
+
+@page("monitoring/_open_alerts.html")
+def cluster_alerts(request, cluster):
+    return {
+        "open_alerts": Alert.objects.filter(cluster=cluster)
+        .exclude(state=AlertState.RESOLVED)
+        .select_related("rule")
+    }
+
+
+def _svg(body: str, name: str) -> HttpResponse:
+    response = HttpResponse(body, content_type="image/svg+xml")
+    response["Content-Disposition"] = f'inline; filename="{name}.svg"'
+    return response
+
+
+@login_required
+def group_lag_svg(request, cluster_id: int, group_id: str, chart: str):
+    check_role(request.user, Role.VIEWER, "This chart")
+    charts = _group_charts(get_object_or_404(Cluster, pk=cluster_id), group_id)
+    if chart not in charts:
+        return HttpResponse(f"no chart {chart!r}; one of {', '.join(charts)}", status=404)
+    return _svg(charts[chart], f"{group_id}-{chart}")
+
+
+@login_required
+def topic_rates_svg(request, cluster_id: int, topic: str, chart: str):
+    check_role(request.user, Role.VIEWER, "This chart")
+    charts = _topic_charts(get_object_or_404(Cluster, pk=cluster_id), topic)
+    if chart not in charts:
+        return HttpResponse(f"no chart {chart!r}; one of {', '.join(charts)}", status=404)
+    return _svg(charts[chart], f"{topic}-{chart}")
