@@ -63,6 +63,18 @@ ENDPOINTS = [
     ("post", "/api/v1/operations/99999/approve/", {}, Role.OPERATOR, 404),
     ("post", "/api/v1/operations/99999/cancel/", {}, Role.OPERATOR, 404),
     ("get", "/api/v1/audit/", None, Role.OPERATOR, 200),
+    ("get", "/api/v1/alerts/", None, Role.VIEWER, 200),
+    ("get", "/api/v1/alerts/rules/", None, Role.VIEWER, 200),
+    ("post", "/api/v1/alerts/rules/", {"condition": "vibes"}, Role.OPERATOR, 400),
+    ("get", "/api/v1/alerts/rules/99999/", None, Role.VIEWER, 404),
+    ("patch", "/api/v1/alerts/rules/99999/", {}, Role.OPERATOR, 404),
+    ("delete", "/api/v1/alerts/rules/99999/", None, Role.OPERATOR, 404),
+    ("get", "/api/v1/alerts/silences/", None, Role.VIEWER, 200),
+    ("post", "/api/v1/alerts/silences/", {}, Role.OPERATOR, 400),
+    ("delete", "/api/v1/alerts/silences/99999/", None, Role.OPERATOR, 404),
+    ("get", C + "sampler/", None, Role.VIEWER, 200),
+    ("put", C + "sampler/", {"interval_s": 1}, Role.ADMIN, 400),
+    ("get", C + "lag/{g}/", None, Role.VIEWER, 404),
 ]
 
 
@@ -137,6 +149,8 @@ def test_every_api_route_is_in_the_matrix():
             .replace("brokers/0/", "brokers/<int:broker_id>/")
         )
     covered = {c.replace("operations/<int:cluster_id>/", "operations/<int:operation_id>/") for c in covered}
+    covered = {c.replace("rules/<int:cluster_id>/", "rules/<int:rule_id>/") for c in covered}
+    covered = {c.replace("silences/<int:cluster_id>/", "silences/<int:silence_id>/") for c in covered}
     assert api_routes - covered == set()
 
 
