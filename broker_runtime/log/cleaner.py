@@ -24,9 +24,11 @@ lowest `.cleaned` one (an unfinished swap); the remaining `.swap` files are comp
 are deleted and they are renamed in place (`PartitionLog._load`).
 
 Reads of source segments go through descriptors of the cleaner's own, opened on the owner's thread, so the log may
-roll, retain, truncate or delete meanwhile: the swap checks that the source segments are still the log's (else the
-pass is dropped). Retention skips a log while it is being cleaned. Every byte goes through the filesystem seam and
-the throttle (log.cleaner.io.max.bytes.per.second, measured with the clock seam).
+roll, append, truncate or be deleted meanwhile: the swap checks that the log was not truncated since the pass was
+planned and that the group's segments are still its own (else the pass is dropped, nothing renamed). Retention
+skips a log while it is being cleaned. Every byte goes through the filesystem seam and the throttle
+(log.cleaner.io.max.bytes.per.second, measured with the clock seam). The per-record work gives the GIL up every
+128 records and allocates no per-record object the cyclic GC tracks, so the event loop hardly waits for it.
 
 Transactions: `CleanedTransactions` applies Kafka's rules for control batches and aborted data. The aborted
 transactions of the cleaned range come from the `.txnindex` files; until they exist the list is empty, so
