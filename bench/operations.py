@@ -252,9 +252,9 @@ def failover(cluster, partitions: int, size: int) -> dict:
         return op if op and op.is_final else None
 
     try:
-        op = wait(failover_done, 600, "failover done", interval=1)
+        op = wait(failover_done, 300, "failover done", interval=1)
     except TimeoutError:
-        return {"result": "failover did not finish within 10 minutes"}
+        return {"result": "the failover did not finish within 5 minutes"}
     seconds = time.monotonic() - killed
     md = client.metadata(max_age_s=0).topic(topic)
     restored = all(len(p.replicas) == 2 and 2 not in p.replicas and len(p.isr) == 2 for p in md.partitions)

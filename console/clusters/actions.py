@@ -178,7 +178,7 @@ def do_add_broker(
         top = specs.aggregate(broker_id=Max("broker_id"), port=Max("port"))
         broker_id = (top["broker_id"] if top["broker_id"] is not None else -1) + 1
         port = port or (top["port"] or 9091) + 1
-        _check_ports([port], "127.0.0.1")
+        _check_ports([port], "127.0.0.1", field="port")
         first = specs.first()
         broker = ManagedBroker.objects.create(
             cluster=cluster,
@@ -196,19 +196,19 @@ def do_add_broker(
     return broker
 
 
-def _check_ports(ports: list[int], host: str) -> None:
+def _check_ports(ports: list[int], host: str, *, field: str = "base_port") -> None:
     from console.clusters.supervisor import answers
 
     for port in ports:
         if not isinstance(port, int) or not 1024 <= port <= 65535:
-            raise Invalid(f"port {port!r} is outside 1024-65535", field="base_port")
+            raise Invalid(f"port {port!r} is outside 1024-65535", field=field)
         taken = (
             ManagedBroker.objects.filter(port=port, decommissioned=False).select_related("cluster").first()
         )
         if taken is not None:
-            raise Conflict(f"port {port} belongs to {taken}", field="base_port")
+            raise Conflict(f"port {port} belongs to {taken}", field=field)
         if answers(host, port):
-            raise Conflict(f"something already listens on {host}:{port}", field="base_port")
+            raise Conflict(f"something already listens on {host}:{port}", field=field)
 
 
 def managed_broker(cluster: Cluster, broker_id: int) -> ManagedBroker:
