@@ -60,9 +60,7 @@ def test_provisioned_cluster_runs_and_a_killed_broker_comes_back(supervised, api
 
     old_pid = rows[1].pid
     os.kill(old_pid, signal.SIGKILL)
-    wait_for(
-        lambda: broker_rows(cluster)[1].state in ("exited", "starting"), timeout=5, what="the death seen"
-    )
+    wait_for(lambda: broker_rows(cluster)[1].state in ("exited", "starting"), what="the death seen")
     assert ("exited", old_pid, -signal.SIGKILL) in events(cluster, 1)
     rows = wait_brokers(cluster, "running", ids=[1], supervisor=supervised)
     assert rows[1].pid != old_pid and pid_alive(rows[1].pid)
