@@ -116,7 +116,7 @@ def test_a_paused_broker_is_unhealthy_until_it_answers_again(supervised, api):
     pid = wait_brokers(cluster, "running", supervisor=supervised)[0].pid
     os.kill(pid, signal.SIGSTOP)
     try:
-        wait_brokers(cluster, "unhealthy", supervisor=supervised, timeout=30)
+        wait_brokers(cluster, "unhealthy", supervisor=supervised)
     finally:
         os.kill(pid, signal.SIGCONT)
     wait_brokers(cluster, "running", supervisor=supervised)
