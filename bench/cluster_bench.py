@@ -46,6 +46,7 @@ import run as single  # noqa: E402  (bench/run.py: the single-broker harness, Ta
 
 from deploy.zookeeper import ZooKeeperServer  # noqa: E402
 
+MULTI_CAP_S = 30.0  # each producer process stops sending after this long (a slow target bounds the run)
 TARGETS = {"replication_ratio": 0.5, "outage_kill9_s": 5.0, "outage_controlled_s": 1.0}
 
 
@@ -267,7 +268,7 @@ def _producer_process(bootstrap: str, topic: str, records: int, acks: str, barri
     p.flush(30)
     barrier.wait()
     t0, sent, payload = time.perf_counter(), 0, b"x" * 100
-    while sent < records:
+    while sent < records and (sent & 0xFFF or time.perf_counter() - t0 < MULTI_CAP_S):
         try:
             p.produce(topic, payload)
             sent += 1
