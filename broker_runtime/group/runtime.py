@@ -198,28 +198,14 @@ class GroupCoordinatorRuntime:
                     if not data:
                         offset = committed  # nothing left below the high watermark (compacted away)
                         break
-                    for header in iter_headers(data):
-                        if header.next_offset > committed:
-                            break
-                        batches += 1
-                        if header.is_control:
-                            _replay_marker(shard, data, header)
-                        else:
-                            producer_id, transactional = header.producer_id, header.is_transactional
-                            for offset_of_record, key, value in iter_key_values(data, header):
-                                if key is None:
-                                    continue  # Kafka requires keys here; a keyless record is not ours
-                                shard.replay(key, value, offset_of_record, producer_id=producer_id,
-                                             transactional=transactional)  # fmt: skip
-                                records += 1
-                        offset = header.next_offset
-                    else:
-                        # Let the broker serve other requests between chunks of a large partition.
-                        await asyncio.sleep(0)
-                        if handle.status is not ShardStatus.LOADING:
-                            return
-                        continue
-                    break  # a batch straddles the high watermark: wait for it to move
+                    next_offset, replayed_batches, replayed = _replay_committed(shard, data, committed)
+                    if next_offset is None:
+                        break  # the next batch straddles the high watermark: wait for it to move
+                    offset, batches, records = next_offset, batches + replayed_batches, records + replayed
+                    # Let the broker serve other requests between chunks of a large partition.
+                    await asyncio.sleep(0)
+                    if handle.status is not ShardStatus.LOADING:
+                        return
                 if offset >= plog.log_end_offset:
                     break
                 await self.broker.replica_manager.wait_for_data([partition], 1000)
@@ -495,6 +481,27 @@ def iter_key_values(data: Any, header: Any) -> Iterator[tuple[int, bytes | None,
             raise InvalidRecords(ErrorCode.corrupt_message, "record length runs past the batch")
         yield base + delta, key, value
         pos = end
+
+
+def _replay_committed(shard: GroupCoordinatorShard, data: Any, committed: int) -> tuple[int | None, int, int]:
+    """Replay the batches of `data` that end at or below `committed` (the high watermark): the offset after the
+    last one (None when there was none), and how many batches and records were replayed."""
+    next_offset, batches, records = None, 0, 0
+    for header in iter_headers(data):
+        if header.next_offset > committed:
+            break
+        batches += 1
+        if header.is_control:
+            _replay_marker(shard, data, header)
+        else:
+            producer_id, transactional = header.producer_id, header.is_transactional
+            for offset, key, value in iter_key_values(data, header):
+                if key is None:
+                    continue  # Kafka requires keys here; a keyless record is not ours
+                shard.replay(key, value, offset, producer_id=producer_id, transactional=transactional)
+                records += 1
+        next_offset = header.next_offset
+    return next_offset, batches, records
 
 
 def _replay_marker(shard: GroupCoordinatorShard, data: Any, header: Any) -> None:
