@@ -63,6 +63,7 @@ bench: install
 	$(PY) bench/jobs_bench.py
 	$(PY) bench/cleaner_bench.py
 	$(PY) bench/console.py
+	$(PY) bench/lag_sampler.py
 	$(PY) bench/operations.py
 	$(PY) bench/cluster_bench.py
 
