@@ -466,6 +466,7 @@ __all__ = [
     "ConnectionLoss",
     "CreateOp",
     "DeleteOp",
+    "KazooException",
     "KazooZkClient",
     "MultiError",
     "NoNodeError",

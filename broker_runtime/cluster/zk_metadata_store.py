@@ -16,6 +16,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -25,6 +26,7 @@ from broker_runtime.cluster.metadata_store import BrokerInfo, PartitionAssignmen
 from broker_runtime.cluster.topics import INTERNAL_TOPICS
 from broker_runtime.cluster.zk_client import (
     BadVersionError,
+    KazooException,
     NodeExistsError,
     NoNodeError,
     ZkClient,
@@ -34,6 +36,23 @@ from broker_runtime.cluster.zk_client import (
 from broker_runtime.errors import KafkaError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def _answered(write: Awaitable[T]) -> Awaitable[T]:
+    """A write that fails in ZooKeeper (the session expired, the connection did not come back) answers the
+    request with UNKNOWN_SERVER_ERROR, as Kafka's admin manager does, instead of failing its handler."""
+
+    async def run() -> T:
+        try:
+            return await write
+        except KazooException as exc:
+            log.warning("ZooKeeper write failed: %r", exc)
+            raise KafkaError(
+                ErrorCode.unknown_server_error, f"ZooKeeper write failed ({type(exc).__name__}); try again"
+            ) from None
+
+    return asyncio.ensure_future(run())
 
 
 class ZkMetadataStore:
@@ -117,7 +136,7 @@ class ZkMetadataStore:
                 ) from None
             self._topic_configs[topic.name] = dict(topic.configs)
 
-        return asyncio.ensure_future(write())
+        return _answered(write())
 
     def delete_topic(self, name: str) -> Awaitable[None]:
         async def write() -> None:
@@ -126,7 +145,7 @@ class ZkMetadataStore:
             except NodeExistsError:
                 pass  # already marked
 
-        return asyncio.ensure_future(write())
+        return _answered(write())
 
     def add_partitions(self, name: str, new: Mapping[int, PartitionAssignment]) -> Awaitable[None]:
         async def write() -> None:
@@ -152,21 +171,21 @@ class ZkMetadataStore:
                 except BadVersionError:
                     continue  # the controller changed the znode (a reassignment): read it again
 
-        return asyncio.ensure_future(write())
+        return _answered(write())
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> Awaitable[None]:
         self._topic_configs[name] = dict(configs)
         topic = self._topics.get(name)
         if topic is not None:
             topic.configs = dict(configs)
-        return asyncio.ensure_future(self._write_config("topics", name, configs))
+        return _answered(self._write_config("topics", name, configs))
 
     def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> Awaitable[None]:
         if configs:
             self._broker_configs[entity] = dict(configs)
         else:
             self._broker_configs.pop(entity, None)
-        return asyncio.ensure_future(self._write_config("brokers", entity or z.DEFAULT_ENTITY, configs))
+        return _answered(self._write_config("brokers", entity or z.DEFAULT_ENTITY, configs))
 
     async def _write_config(self, entity_type: str, entity: str, configs: Mapping[str, str]) -> None:
         path = z.config_path(entity_type, entity)
@@ -195,7 +214,7 @@ class ZkMetadataStore:
                 except BadVersionError:
                     continue  # another broker took a block meanwhile
 
-        return asyncio.ensure_future(allocate())
+        return _answered(allocate())
 
     # --- configs -------------------------------------------------------------------------------------------
 

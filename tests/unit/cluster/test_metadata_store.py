@@ -84,3 +84,29 @@ def test_a_damaged_metadata_file_stops_the_start_with_its_name(fs):
     fs.files[path].data[10:] = b"}"
     with pytest.raises(MetadataFileError, match=r"odradek-metadata\.json"):
         StandaloneMetadataStore(LOG_DIR, BROKER, fs=fs)
+
+
+def test_a_zookeeper_write_that_loses_its_session_is_a_kafka_error():
+    from kazoo.exceptions import SessionExpiredError
+    from kio.schema.errors import ErrorCode
+
+    from broker_runtime.cluster.zk_metadata_store import ZkMetadataStore
+    from broker_runtime.errors import KafkaError
+    from tests.fake_zookeeper import FakeZooKeeper
+
+    class ExpiringClient(type(FakeZooKeeper().client())):
+        async def exists(self, *args, **kwargs):
+            return None
+
+        async def create(self, *args, **kwargs):
+            raise SessionExpiredError()
+
+    async def scenario():
+        store = ZkMetadataStore(ExpiringClient(FakeZooKeeper()), BROKER, "PLAINTEXT")
+        with pytest.raises(KafkaError) as caught:
+            await store.create_topic(_topic("orders"))
+        return caught.value
+
+    error = asyncio.run(scenario())
+    assert error.error_code == ErrorCode.unknown_server_error
+    assert "SessionExpiredError" in error.message
