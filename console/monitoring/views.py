@@ -64,20 +64,24 @@ def _back() -> HttpResponseRedirect:
     return HttpResponseRedirect(reverse("alerts"))
 
 
+def _create_from_form(request, form, do, *, success: str, what: str) -> HttpResponseRedirect:
+    """A create form's POST: the action with the cleaned data, or the form's errors on the page."""
+    if form.is_valid():
+        run_action(request, lambda: do(request.user, form.cleaned_data, source="web"), success=success)
+    else:
+        check_role(request.user, Role.OPERATOR, what)
+        _form_errors(request, form)
+    return _back()
+
+
 @login_required
 @require_POST
 def rule_create(request):
     form = RuleForm(request.POST)
-    if form.is_valid():
-        run_action(
-            request,
-            lambda: actions.do_create_rule(request.user, form.cleaned_data, source="web"),
-            success=f"Rule {form.cleaned_data['name']!r} created.",
-        )
-    else:
-        check_role(request.user, Role.OPERATOR, "Creating rules")
-        _form_errors(request, form)
-    return _back()
+    name = request.POST.get("name", "")
+    return _create_from_form(
+        request, form, actions.do_create_rule, success=f"Rule {name!r} created.", what="Creating rules"
+    )
 
 
 @login_required
@@ -94,16 +98,9 @@ def rule_delete(request, rule_id: int):
 @require_POST
 def silence_create(request):
     form = SilenceForm(request.POST)
-    if form.is_valid():
-        run_action(
-            request,
-            lambda: actions.do_create_silence(request.user, form.cleaned_data, source="web"),
-            success="Silence created.",
-        )
-    else:
-        check_role(request.user, Role.OPERATOR, "Creating silences")
-        _form_errors(request, form)
-    return _back()
+    return _create_from_form(
+        request, form, actions.do_create_silence, success="Silence created.", what="Creating silences"
+    )
 
 
 @login_required

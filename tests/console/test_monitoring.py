@@ -84,13 +84,15 @@ class WebhookReceiver:
 
     def __init__(self) -> None:
         self.received: list[tuple[dict, bytes]] = []
+        #: statuses to answer with first (then 204)
+        self.failures: list[int] = []
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 receiver.received.append((dict(self.headers), body))
-                self.send_response(204)
+                self.send_response(receiver.failures.pop(0) if receiver.failures else 204)
                 self.end_headers()
 
             def log_message(self, *args):
@@ -423,3 +425,77 @@ def test_group_lag_api_and_charts(api, client, personas, cluster, sampled_group)
     rates = client.get(f"/clusters/{cluster.pk}/rates/{topic}/").content.decode()
     assert 'id="chart-topic-messages"' in rates
     assert client.get(f"/clusters/{cluster.pk}/lag/{group}/chart-nope.svg").status_code == 404
+
+
+def test_rules_and_silences_from_the_alerts_page(client, personas, cluster):
+    from console.audit.models import AuditEntry
+
+    form = {
+        "name": "page rule",
+        "cluster": cluster.pk,
+        "group_pattern": "orders-*",
+        "topic_pattern": "",
+        "condition": "status",
+        "threshold": "0",
+        "for_s": "120",
+        "severity": "warning",
+        "email_to": "",
+        "webhook_url": "",
+        "webhook_secret": "",
+        "enabled": "on",
+    }
+    client.force_login(personas["victor"])
+    assert client.post("/alerts/rules/new/", form).status_code == 403
+    client.force_login(personas["oscar"])
+    response = client.post("/alerts/rules/new/", form, follow=True)
+    assert "Rule &#x27;page rule&#x27; created." in response.content.decode()
+    rule = AlertRule.objects.get(name="page rule")
+    assert (rule.condition, rule.for_s, rule.group_pattern) == ("status", 120, "orders-*")
+    bad = client.post("/alerts/rules/new/", {**form, "name": "other", "for_s": "-1"}, follow=True)
+    assert "for_s:" in bad.content.decode() and not AlertRule.objects.filter(name="other").exists()
+
+    silence = {
+        "cluster": cluster.pk,
+        "rule": rule.pk,
+        "subject_pattern": "group:orders-*",
+        "starts_at": "2030-01-01 00:00",
+        "ends_at": "2030-01-01 01:00",
+        "comment": "deploy",
+    }
+    client.post("/alerts/silences/new/", silence)
+    page = client.get("/alerts/").content.decode()
+    assert "page rule" in page and "group:orders-*" in page
+    client.post(f"/alerts/rules/{rule.pk}/delete/")
+    assert not AlertRule.objects.exists()
+    assert list(AuditEntry.objects.order_by("pk").values_list("action", "outcome")) == [
+        ("alert_rule.create", "denied"),
+        ("alert_rule.create", "ok"),
+        ("silence.create", "ok"),
+        ("alert_rule.delete", "ok"),
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_webhook_is_retried_by_the_worker(cluster, new_topic, slow_consumer, webhook, celery_worker):
+    webhook.failures = [503]
+    topic = new_topic(partitions=1)
+    group = f"retry-{uuid.uuid4().hex[:8]}"
+    AlertRule.objects.create(
+        name="retried",
+        cluster=cluster,
+        group_pattern=group,
+        condition="offset_lag",
+        threshold=0,
+        webhook_url=webhook.url,
+    )
+    produce(cluster, topic, 2)
+    slow_consumer(topic, group).consume(1)
+    sample_and_evaluate(cluster, T0)
+    wait_for(lambda: len(webhook.received) >= 2, timeout=60, what="the webhook retried after a 503")
+    assert webhook.received[0][1] == webhook.received[1][1]
+    note = wait_for(
+        lambda: Notification.objects.filter(alert__rule__name="retried", status="sent").first(),
+        timeout=30,
+        what="the notification marked sent",
+    )
+    assert note.attempts == 2
