@@ -203,7 +203,10 @@ CONSOLE_AUDIT_TOPIC = os.environ.get("CONSOLE_AUDIT_TOPIC", "__odradek_audit")
 CONSOLE_LAG_RETENTION_S = int(os.environ.get("CONSOLE_LAG_RETENTION_S", "3600"))
 CONSOLE_ALERT_NOTIFICATIONS_PER_HOUR = int(os.environ.get("CONSOLE_ALERT_NOTIFICATIONS_PER_HOUR", "20"))
 CONSOLE_METRICS_TOKEN = os.environ.get("CONSOLE_METRICS_TOKEN", "")
+# Alert emails go through Django's SMTP backend to CONSOLE_EMAIL_HOST:CONSOLE_EMAIL_PORT.
 DEFAULT_FROM_EMAIL = os.environ.get("CONSOLE_FROM_EMAIL", "odradek-console@localhost")
+EMAIL_HOST = os.environ.get("CONSOLE_EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("CONSOLE_EMAIL_PORT", "25"))
 
 LOGGING = {
     "version": 1,

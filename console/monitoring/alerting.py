@@ -121,7 +121,7 @@ def measure(rule: AlertRule, cluster, now_ms: int, lags=None) -> dict[str, float
         return {"cluster": float(sum(1 for t in topics if _matches(rule.topic_pattern, t)))}
     # broker down: brokers seen before that the cluster's metadata does not list now (all, if unreachable)
     config = SamplerConfig.objects.filter(cluster=cluster).first()
-    known = set(config.known_brokers if config else [])
+    known = {int(broker) for broker, _ in (config.known_brokers if config else [])}
     try:
         alive = {b.id for b in client_for(cluster).metadata(max_age_s=0).brokers}
     except ConsoleError:

@@ -16,6 +16,7 @@ class SamplerConfig(models.Model):
     enabled = models.BooleanField(default=True)
     last_round_ms = models.BigIntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
+    #: [[broker id, last seen (ms)], ...] for "broker down"
     known_brokers = models.JSONField(default=list, blank=True)
 
 

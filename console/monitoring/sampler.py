@@ -110,8 +110,10 @@ def sample_cluster(cluster, now_ms: int, *, publish: bool = True) -> RoundResult
         config, _ = SamplerConfig.objects.get_or_create(cluster=cluster)
         config.last_round_ms = now_ms
         config.last_error = ""
-        seen = {b.id for b in metadata.brokers}
-        config.known_brokers = sorted(seen | set(config.known_brokers))
+        # [broker id, last seen ms]; a broker unseen for the whole retention is forgotten (decommissioned)
+        last_seen = {int(b): int(t) for b, t in config.known_brokers if int(t) >= cutoff}
+        last_seen.update({b.id: now_ms for b in metadata.brokers})
+        config.known_brokers = sorted([b, t] for b, t in last_seen.items())
         config.save()
     if publish and samples:
         publish_samples(cluster, samples)

@@ -499,3 +499,25 @@ def test_a_failed_webhook_is_retried_by_the_worker(cluster, new_topic, slow_cons
         what="the notification marked sent",
     )
     assert note.attempts == 2
+
+
+def test_broker_down_fires_for_a_broker_that_was_seen_and_is_gone(cluster, settings):
+    from console.monitoring.models import SamplerConfig
+
+    rule = AlertRule.objects.create(name="down", cluster=cluster, condition="broker_down", threshold=0)
+    sample_cluster(cluster, T0, publish=False)
+    config = SamplerConfig.objects.get(cluster=cluster)
+    assert [b for b, _ in config.known_brokers] == [0]
+    evaluate_cluster(cluster, T0)
+    assert not Alert.objects.filter(rule=rule).exists()
+    # a broker seen a minute ago that the metadata no longer lists
+    config.known_brokers = [*config.known_brokers, [7, T0 - 60_000]]
+    config.save()
+    evaluate_cluster(cluster, T0 + STEP)
+    alert = Alert.objects.get(rule=rule)
+    assert (alert.subject, alert.state, alert.value) == ("cluster", "firing", 1)
+    # forgotten once unseen for the whole retention: the alert resolves
+    settings.CONSOLE_LAG_RETENTION_S = 60
+    sample_cluster(cluster, T0 + 2 * STEP, publish=False)
+    evaluate_cluster(cluster, T0 + 2 * STEP)
+    assert Alert.objects.get(pk=alert.pk).state == "resolved"
