@@ -55,6 +55,12 @@ def sample_due(now_ms: int | None = None) -> int:
             continue
         if config.last_round_ms is not None and now_ms - config.last_round_ms < config.interval_s * 1000:
             continue
+        # claim the round (compare-and-set): a slow round is not started again by the next beat's task
+        claimed = SamplerConfig.objects.filter(pk=config.pk, last_round_ms=config.last_round_ms).update(
+            last_round_ms=now_ms
+        )
+        if not claimed:
+            continue
         sample_and_evaluate(cluster, now_ms)
         done += 1
     return done
