@@ -1,9 +1,11 @@
 """A small SVG line chart, rendered on the server: inlined in pages (the data travels in the page, no chart
-library or CDN) and served as an image export (.svg)."""
+library or CDN) and served as an image export (.svg); the same chart as .png through matplotlib."""
 
 from __future__ import annotations
 
 import datetime as dt
+import io
+from dataclasses import dataclass
 from html import escape
 
 WIDTH, HEIGHT = 720, 220
@@ -75,3 +77,36 @@ def line_chart(
             )
     parts.append("</svg>")
     return "".join(parts)
+
+
+@dataclass
+class Chart:
+    series: dict[str, list[tuple[int, float]]]
+    title: str
+    unit: str = ""
+    chart_id: str = ""
+
+    def svg(self) -> str:
+        return line_chart(self.series, title=self.title, unit=self.unit, chart_id=self.chart_id)
+
+    def png(self) -> bytes:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib.figure import Figure
+
+        figure = Figure(figsize=(WIDTH / 100, HEIGHT / 100), dpi=100)
+        axes = figure.subplots()
+        axes.set_title(self.title, fontsize=10, loc="left")
+        for n, (name, values) in enumerate(self.series.items()):
+            times = [dt.datetime.fromtimestamp(t / 1000, tz=dt.UTC) for t, _ in values]
+            axes.plot(
+                times, [v for _, v in values], label=name, color=COLOURS[n % len(COLOURS)], linewidth=1.2
+            )
+        if len(self.series) > 1:
+            axes.legend(fontsize=7)
+        axes.tick_params(labelsize=7)
+        figure.tight_layout()
+        out = io.BytesIO()
+        figure.savefig(out, format="png")
+        return out.getvalue()

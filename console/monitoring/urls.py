@@ -15,8 +15,16 @@ urlpatterns = [
     path("alerts/silences/new/", views.silence_create, name="silence_create"),
     path("alerts/silences/<int:silence_id>/delete/", views.silence_delete, name="silence_delete"),
     path(cluster + "alerts/", views.cluster_alerts, name="cluster_alerts"),
-    path(cluster + "lag/<path:group_id>/chart-<str:chart>.svg", views.group_lag_svg, name="group_lag_svg"),
+    path(
+        cluster + "lag/<path:group_id>/chart-<str:chart>.<str:fmt>",
+        views.group_lag_image,
+        name="group_lag_image",
+    ),
     path(cluster + "lag/<path:group_id>/", views.group_lag, name="group_lag"),
-    path(cluster + "rates/<str:topic>/chart-<str:chart>.svg", views.topic_rates_svg, name="topic_rates_svg"),
+    path(
+        cluster + "rates/<str:topic>/chart-<str:chart>.<str:fmt>",
+        views.topic_rates_image,
+        name="topic_rates_image",
+    ),
     path(cluster + "rates/<str:topic>/", views.topic_rates, name="topic_rates"),
 ]

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from console.access import Role, check_role
 from console.clusters.models import Cluster
 from console.monitoring import actions
-from console.monitoring.charts import line_chart
+from console.monitoring.charts import Chart
 from console.monitoring.models import Alert, AlertRule, AlertState, Notification, Silence
 from console.monitoring.selectors import group_lag_history, lag_now, topic_throughput
 from console.web import page, run_action
@@ -115,34 +115,27 @@ def silence_delete(request, silence_id: int):
     return _back()
 
 
-def _group_charts(cluster: Cluster, group_id: str) -> dict[str, str]:
+def _group_charts(cluster: Cluster, group_id: str) -> dict[str, Chart]:
     history = group_lag_history(cluster, group_id)
     partitions = dict(sorted(history["partitions"].items())[:MAX_PARTITION_LINES])
     return {
-        "lag": line_chart({"lag": history["lag"]}, title="Lag (offsets)", chart_id="chart-group-lag"),
-        "lag_seconds": line_chart(
-            {"lag": history["lag_seconds"]},
-            title="Lag (seconds)",
-            unit="s",
-            chart_id="chart-group-lag-seconds",
+        "lag": Chart({"lag": history["lag"]}, "Lag (offsets)", chart_id="chart-group-lag"),
+        "lag_seconds": Chart(
+            {"lag": history["lag_seconds"]}, "Lag (seconds)", unit="s", chart_id="chart-group-lag-seconds"
         ),
-        "partitions": line_chart(
-            partitions, title="Lag per partition (offsets)", chart_id="chart-partition-lag"
-        ),
+        "partitions": Chart(partitions, "Lag per partition (offsets)", chart_id="chart-partition-lag"),
     }
 
 
-def _topic_charts(cluster: Cluster, topic: str) -> dict[str, str]:
+def _topic_charts(cluster: Cluster, topic: str) -> dict[str, Chart]:
     rates = topic_throughput(cluster, topic)
     return {
-        "messages": line_chart(
+        "messages": Chart(
             {"in": rates["messages_in"], "out": rates["messages_out"]},
-            title="Messages per second",
+            "Messages per second",
             chart_id="chart-topic-messages",
         ),
-        "bytes": line_chart(
-            {"in": rates["bytes_in"]}, title="Bytes in per second", chart_id="chart-topic-bytes"
-        ),
+        "bytes": Chart({"in": rates["bytes_in"]}, "Bytes in per second", chart_id="chart-topic-bytes"),
     }
 
 
@@ -152,12 +145,13 @@ def group_lag(request, cluster, group_id):
 
     now_ms = int(time.time() * 1000)
     current = lag_now(cluster, now_ms, group=group_id).get(group_id)
-    return {"charts": _group_charts(cluster, group_id), "current": current, "group_id": group_id}
+    charts = {name: c.svg() for name, c in _group_charts(cluster, group_id).items()}
+    return {"charts": charts, "current": current, "group_id": group_id}
 
 
 @page("monitoring/_topic_rates.html")
 def topic_rates(request, cluster, topic):
-    return {"charts": _topic_charts(cluster, topic), "topic": topic}
+    return {"charts": {name: c.svg() for name, c in _topic_charts(cluster, topic).items()}, "topic": topic}
 
 
 @page("monitoring/_open_alerts.html")
@@ -169,25 +163,25 @@ def cluster_alerts(request, cluster):
     }
 
 
-def _svg(body: str, name: str) -> HttpResponse:
-    response = HttpResponse(body, content_type="image/svg+xml")
-    response["Content-Disposition"] = f'inline; filename="{name}.svg"'
+def _image(charts: dict[str, Chart], chart: str, fmt: str, name: str) -> HttpResponse:
+    if chart not in charts or fmt not in ("svg", "png"):
+        return HttpResponse(f"no chart {chart}.{fmt}; one of {', '.join(charts)}, as svg or png", status=404)
+    body, content_type = (
+        (charts[chart].svg(), "image/svg+xml") if fmt == "svg" else (charts[chart].png(), "image/png")
+    )
+    response = HttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'inline; filename="{name}-{chart}.{fmt}"'
     return response
 
 
 @login_required
-def group_lag_svg(request, cluster_id: int, group_id: str, chart: str):
+def group_lag_image(request, cluster_id: int, group_id: str, chart: str, fmt: str):
     check_role(request.user, Role.VIEWER, "This chart")
-    charts = _group_charts(get_object_or_404(Cluster, pk=cluster_id), group_id)
-    if chart not in charts:
-        return HttpResponse(f"no chart {chart!r}; one of {', '.join(charts)}", status=404)
-    return _svg(charts[chart], f"{group_id}-{chart}")
+    cluster = get_object_or_404(Cluster, pk=cluster_id)
+    return _image(_group_charts(cluster, group_id), chart, fmt, group_id)
 
 
 @login_required
-def topic_rates_svg(request, cluster_id: int, topic: str, chart: str):
+def topic_rates_image(request, cluster_id: int, topic: str, chart: str, fmt: str):
     check_role(request.user, Role.VIEWER, "This chart")
-    charts = _topic_charts(get_object_or_404(Cluster, pk=cluster_id), topic)
-    if chart not in charts:
-        return HttpResponse(f"no chart {chart!r}; one of {', '.join(charts)}", status=404)
-    return _svg(charts[chart], f"{topic}-{chart}")
+    return _image(_topic_charts(get_object_or_404(Cluster, pk=cluster_id), topic), chart, fmt, topic)

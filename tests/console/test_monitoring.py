@@ -425,6 +425,11 @@ def test_group_lag_api_and_charts(api, client, personas, cluster, sampled_group)
     rates = client.get(f"/clusters/{cluster.pk}/rates/{topic}/").content.decode()
     assert 'id="chart-topic-messages"' in rates
     assert client.get(f"/clusters/{cluster.pk}/lag/{group}/chart-nope.svg").status_code == 404
+    png = client.get(f"/clusters/{cluster.pk}/lag/{group}/chart-partitions.png")
+    assert png["Content-Type"] == "image/png" and png.content.startswith(b"\x89PNG")
+    assert client.get(f"/clusters/{cluster.pk}/rates/{topic}/chart-messages.png").content.startswith(
+        b"\x89PNG"
+    )
 
 
 def test_rules_and_silences_from_the_alerts_page(client, personas, cluster):
