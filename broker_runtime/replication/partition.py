@@ -135,12 +135,15 @@ class Partition:
             and follower.log_end_offset >= self.leader_epoch_start_offset
         )
 
-    def isr_to_expand(self) -> tuple[int, ...] | None:
-        """The ISR with the followers that may join, or None when none may (or a change is pending)."""
+    def isr_to_expand(self, replica_id: int) -> tuple[int, ...] | None:
+        """The ISR with `replica_id`, which has just fetched, if it may join; None when it may not (or a change
+        is pending). Only the fetching follower is considered, as in Kafka's maybeExpandIsr: a replica that was
+        caught up when it died must not be proposed again once the controller has taken it out."""
         if not self.is_leader or self.pending_isr is not None:
             return None
-        joining = [r for r in self.followers if r not in self.isr and self.follower_in_sync(r)]
-        return tuple(self.isr) + tuple(joining) if joining else None
+        if replica_id in self.isr or not self.follower_in_sync(replica_id):
+            return None
+        return (*self.isr, replica_id)
 
     def isr_to_shrink(self, now_ms: int, max_lag_ms: int) -> tuple[int, ...] | None:
         """The ISR without followers that have not been caught up for `max_lag_ms` (Kafka's

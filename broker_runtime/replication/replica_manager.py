@@ -135,7 +135,7 @@ class ReplicaManager:
         """A follower's fetch (before its data is read): its position, the high watermark, ISR expansion."""
         now = self._clock.monotonic_ms()
         partition.record_follower_fetch(replica_id, fetch_offset, log_start, now, with_epoch=with_epoch)
-        expanded = partition.isr_to_expand()
+        expanded = partition.isr_to_expand(replica_id)
         if expanded is not None:
             self._propose_isr(partition, expanded)
 

@@ -9,7 +9,6 @@ import signal
 import threading
 import uuid
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from console.clusters.client import client_for
@@ -112,11 +111,6 @@ def test_reassignment_under_producer_load_loses_and_duplicates_nothing(managed, 
     assert acked_during > 2000 and any(r["bytes_total"] > 0 for r in op.result["copy"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker bug: a partition whose reassignment removes a dead replica (here [0, 2] -> [0, 1] with broker 2 "
-    "dead) never takes the caught-up new replica into its ISR (the ISR stays [0]), so the move never completes",
-)
 def test_failover_after_the_grace_period_restores_the_replication_factor(managed, api):
     managed.worker()
     cluster = managed.cluster

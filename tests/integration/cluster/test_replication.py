@@ -366,3 +366,34 @@ def test_a_replication_throttle_bounds_the_copy_rate(cluster_factory, clients, t
     finally:
         admin.close()
     assert size / elapsed < 2 * rate, f"{size} bytes copied in {elapsed:.1f}s through a {rate} B/s throttle"
+
+
+def test_a_reassignment_replacing_a_dead_replica_completes(cluster_factory, clients, topic_name: str) -> None:
+    """Self-healing's move: [0, 2] -> [0, 1] while broker 2 is dead; the new replica catches up, joins the ISR
+    and the dead one is dropped."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewTopic as PyNewTopic
+    from kafka.structs import TopicPartition
+
+    c = cluster_factory()
+    admin = KafkaAdminClient(bootstrap_servers=c.bootstrap)
+    try:
+        admin.create_topics([PyNewTopic(topic_name, -1, -1, replica_assignments={0: [0, 2]})])
+        c.wait_for_leaders(topic_name, 1)
+        records = clients.numbered_records(300, b"r")
+        confluent_produce(c.bootstrap, topic_name, records, 0, ALL_ACKS)
+        os.kill(c.brokers[2].pid, signal.SIGKILL)
+        c.wait_for(lambda: 2 not in c.registered(), "broker 2's session to expire")
+        c.wait_for(lambda: c.partition_state(topic_name, 0)["isr"] == [0], "broker 2 out of the ISR")
+        admin.alter_partition_reassignments({TopicPartition(topic_name, 0): [0, 1]})
+        c.wait_for(
+            lambda: (
+                c.znode(f"/brokers/topics/{topic_name}")["partitions"]["0"] == [0, 1]
+                and not admin.list_partition_reassignments()
+            ),
+            "the move done",
+        )
+        assert sorted(c.partition_state(topic_name, 0)["isr"]) == [0, 1]
+    finally:
+        admin.close()
+    c.wait_for(lambda: replicas_agree(c, topic_name, 0, 300), "both replicas with every record")

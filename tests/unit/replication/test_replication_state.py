@@ -80,17 +80,26 @@ def test_a_follower_joins_once_it_reaches_the_high_watermark_and_the_epoch_start
     p = leader(log_end=10, isr=(0, 1), high_watermark=10)
     p.record_follower_fetch(1, 10, 0, 1_100, with_epoch=True)
     p.record_follower_fetch(2, 9, 0, 1_100, with_epoch=True)
-    assert p.isr_to_expand() is None
+    assert p.isr_to_expand(2) is None
     p.record_follower_fetch(2, 10, 0, 1_200, with_epoch=True)
-    assert p.isr_to_expand() == (0, 1, 2)
+    assert p.isr_to_expand(2) == (0, 1, 2)
     p.pending_isr = (0, 1, 2)
-    assert p.isr_to_expand() is None  # one change at a time
+    assert p.isr_to_expand(2) is None  # one change at a time
+
+
+def test_a_caught_up_replica_taken_out_of_the_isr_is_not_proposed_by_another_fetch() -> None:
+    p = leader(log_end=10, isr=(0, 1, 2), high_watermark=10)
+    p.record_follower_fetch(1, 10, 0, 1_100, with_epoch=True)
+    p.record_follower_fetch(2, 10, 0, 1_100, with_epoch=True)
+    p.isr = [0, 1]  # the controller took 2 out (its broker died after catching up)
+    p.record_follower_fetch(1, 10, 0, 1_200, with_epoch=True)
+    assert p.isr_to_expand(1) is None
 
 
 def test_a_follower_behind_the_epoch_start_does_not_join() -> None:
     p = leader(log_end=10, isr=(0, 1), high_watermark=4)  # the epoch started at 10
     p.record_follower_fetch(2, 6, 0, 1_100, with_epoch=True)
-    assert p.isr_to_expand() is None
+    assert p.isr_to_expand(2) is None
 
 
 def test_a_follower_not_caught_up_for_the_lag_time_leaves_the_isr() -> None:
