@@ -22,6 +22,10 @@ import pytest
 
 from tests.console.conftest import REPO, wait_for
 
+ONE_REPLICA_DEFAULTS = {
+    "default.replication.factor": "1", "offsets.topic.replication.factor": "1", "min.insync.replicas": "1",
+}  # fmt: skip
+
 #: Up to a broker's ZooKeeper session (6 s in deploy/cluster.properties) plus its start on a loaded machine.
 BROKER_TIMEOUT_S = 90
 
@@ -223,7 +227,12 @@ def managed_fixture(settings, tmp_path, zookeeper, redis_url, transactional_db, 
     class Managed:
         def __init__(self):
             self.supervisor = supervisor
-            self.cluster = provision(api("alice"), f"o-{uuid.uuid4().hex[:6]}", brokers=3)
+            # The operations' plans are checked partition by partition: topics the tests do not create (consumer
+            # offsets, the audit topic) keep one replica, and one-replica topics take acks=all writes, rather than
+            # deploy/cluster.properties' replicated defaults.
+            self.cluster = provision(
+                api("alice"), f"o-{uuid.uuid4().hex[:6]}", brokers=3, config_overrides=ONE_REPLICA_DEFAULTS
+            )
             wait_brokers(self.cluster, "running", supervisor=supervisor)
 
         def worker(self) -> Worker:
@@ -235,14 +244,7 @@ def managed_fixture(settings, tmp_path, zookeeper, redis_url, transactional_db, 
             from kafka.admin import NewTopic
 
             client = client_for(self.cluster)
-            # Topics of one replica take acks=all writes too (deploy/cluster.properties asks for two in-sync ones).
-            topic = NewTopic(
-                name,
-                -1,
-                -1,
-                replica_assignments=dict(enumerate(assignment)),
-                topic_configs={"min.insync.replicas": "1"},
-            )
+            topic = NewTopic(name, -1, -1, replica_assignments=dict(enumerate(assignment)))
             client._kafka_python_admin().create_topics([topic])
 
             def ready():
