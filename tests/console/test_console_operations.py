@@ -223,10 +223,12 @@ def test_a_broker_dead_past_the_grace_period_gets_a_failover(managed, api):
     assert steps(op)[:2] == ["confirmed dead", "submitted"]
     assert watch_cluster(cluster) is None  # one failover per missing broker
     assert AuditEntry.objects.filter(operation=op, action="operation.propose", username="anonymous").exists()
-    # The new replicas copy from the surviving ones (replication between brokers); cancelling reverts them.
+    # The new replicas copy from the surviving ones (replication between brokers); cancelling reverts them, unless
+    # the copy (of an empty topic) finished first: then the operation is done and refuses to cancel (409).
     # (503 while the clients still look for the dead broker as the controller: nothing changed, ask again)
     cancel = lambda: api("oscar").post(f"/api/v1/operations/{op.pk}/cancel/").status_code  # noqa: E731
-    assert wait_for(lambda: (code := cancel()) != 503 and code, timeout=60, what="cancelled") == 200
+    code = wait_for(lambda: (code := cancel()) != 503 and code, timeout=60, what="cancelled")
+    assert code == 200 or (code == 409 and Operation.objects.get(pk=op.pk).state == "done")
 
 
 def test_a_failed_over_broker_that_returns_is_rebalanced_in_when_the_cluster_says_so(managed, api):
