@@ -39,6 +39,7 @@ from broker_runtime.config import (
     ConfigDef,
     ConfigError,
     message_timestamp_bounds,
+    parse_metrics_listener,
     validate_topic_configs,
     without_effect,
 )
@@ -49,6 +50,7 @@ from broker_runtime.log.config import LogConfig
 from broker_runtime.log.fs import FileSystem, RealFileSystem
 from broker_runtime.log.log_manager import LogDirError, LogManager, NewLog, StorageJob
 from broker_runtime.log.partition_log import PartitionLog
+from broker_runtime.metrics import BrokerMetrics
 from broker_runtime.protocol.records import record_scan_is_compiled, require_native_crc32c
 from broker_runtime.replication.partition import Partition
 from broker_runtime.replication.quota import ReplicationQuota
@@ -122,6 +124,7 @@ class Broker:
         )
         self.replication_quota = ReplicationQuota(self.broker_id, self.clock, config, self._topic_configs)
         self.dispatcher = Dispatcher(self, *_handler_table())
+        self.metrics = BrokerMetrics(self)
         self._listener: Listener | None = None
         self._housekeeping: list[asyncio.Task] = []
         self.log_cleaner: LogCleaner | None = None
@@ -170,6 +173,9 @@ class Broker:
         self._start_coordinators()
         self._listener = Listener(self.dispatcher, self.bind_address, self.config, self.clock)
         await self._listener.start()
+        metrics_address = parse_metrics_listener(self.config["odradek.metrics.listener"])
+        if metrics_address is not None:
+            await self.metrics.start(*metrics_address)
         self._housekeeping = [
             asyncio.create_task(self._every("log.retention.check.interval.ms", self._run_retention)),
             asyncio.create_task(self._every("log.flush.scheduler.interval.ms", self._run_flush, cap_ms=1000)),
@@ -226,6 +232,7 @@ class Broker:
             await self.member.leave(controlled=clean)  # leadership moves away while we still answer
         if self._listener is not None:
             await self._listener.stop()
+        await self.metrics.stop()
         for task in self._housekeeping:
             task.cancel()
         await asyncio.gather(*self._housekeeping, return_exceptions=True)

@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 INT_MAX = 2**31 - 1
 INT_MIN = -(2**31)
@@ -219,6 +220,30 @@ def _ip_overrides(v: Any) -> str | None:
         parse_ip_overrides(v)
     except ValueError as exc:
         return f"is not a list of host:count ({exc})"
+    return None
+
+
+def parse_metrics_listener(value: str) -> tuple[str, int] | None:
+    """`http://host:port` -> (host, port); "" -> None (metrics off). Raises ValueError saying what is wrong."""
+    if not value:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme != "http" or not parts.hostname or parts.path not in ("", "/") or parts.query:
+        raise ValueError(f"{value!r} is not of the form http://host:port")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"{value!r} has an invalid port") from exc
+    if port is None:
+        raise ValueError(f"{value!r} names no port")
+    return parts.hostname, port
+
+
+def _metrics_listener(v: Any) -> str | None:
+    try:
+        parse_metrics_listener(v)
+    except ValueError as exc:
+        return str(exc)
     return None
 
 
@@ -664,6 +689,8 @@ _BROKER_DEFS: list[ConfigDef] = [
     # ---- Odradek
     _d("odradek.event.loop", STR, "asyncio", "Event loop implementation: asyncio or uvloop.",
        one_of("asyncio", "uvloop")),
+    _d("odradek.metrics.listener", STR, "", "Where the broker serves Prometheus metrics at /metrics, as "
+       "http://host:port (port 0 picks a free one); empty: not served.", _metrics_listener),
 ]
 
 # fmt: on

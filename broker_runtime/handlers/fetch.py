@@ -121,6 +121,7 @@ def _read_once(ctx: RequestContext, request, replica_id: int, *, record_fetch: b
                     )
                     remaining -= len(records)
                     total += len(records)
+                    broker.metrics.record_fetch(name, len(records))
                     if throttled:
                         quota.leader.record(len(records))
                 watched.append(partition)

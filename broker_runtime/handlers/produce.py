@@ -44,6 +44,7 @@ async def handle_produce(ctx: RequestContext, request) -> object:
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     # (topic, index, (Partition, AppendResult) | task appending | KafkaError | InvalidRecords)
     pending: list[tuple[str, int, object]] = []
+    sizes: dict[tuple[str, int], int] = {}  # bytes received per partition, for the broker's metrics
     for topic_data in request.topic_data:
         name = topic_data.name
         for part in topic_data.partition_data:
@@ -56,6 +57,7 @@ async def handle_produce(ctx: RequestContext, request) -> object:
                         "transactions are not supported by this broker yet",
                     )
                 pending.append((name, part.index, _append(ctx, name, part.index, part.records, acks)))
+                sizes[name, part.index] = len(part.records)
             except (InvalidRecords, KafkaError) as exc:
                 pending.append((name, part.index, exc))
 
@@ -68,6 +70,10 @@ async def handle_produce(ctx: RequestContext, request) -> object:
                 outcome = await asyncio.shield(outcome)
             if isinstance(outcome, tuple):
                 partition, outcome = outcome
+                if not outcome.duplicate:
+                    broker.metrics.record_produce(
+                        name, outcome.last_offset - outcome.base_offset + 1, sizes[name, index]
+                    )
                 if acks == -1:
                     await broker.replica_manager.wait_for_replication(partition, outcome, timeout_ms)
         except (InvalidRecords, KafkaError) as exc:
