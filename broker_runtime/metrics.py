@@ -127,6 +127,7 @@ class BrokerCollector:
         yield from self._requests()
         yield from self._partitions()
         yield from self._groups()
+        yield from self._controller()
 
     def _topic_counters(self):
         prefix = "kafka_server_brokertopicmetrics_"
@@ -204,3 +205,20 @@ class BrokerCollector:
         for state, count in sorted(counts.items()):
             family.add_metric([state], count)
         yield family
+
+    def _controller(self):
+        member = self.metrics.broker.member
+        prefix = "kafka_controller_kafkacontroller_"
+        if member is None:  # a standalone broker is its own controller and leads every partition
+            active, offline = True, 0
+        else:
+            active = member.controller.is_active
+            # Only the active controller knows the cluster's leadership.
+            offline = len(member.controller.ctx.partitions_with_offline_leader()) if active else None
+        yield GaugeMetricFamily(
+            prefix + "activecontrollercount", "1 on the active controller, 0 elsewhere.", value=int(active)
+        )
+        if offline is not None:
+            yield GaugeMetricFamily(
+                prefix + "offlinepartitionscount", "Partitions without a live leader.", value=offline
+            )

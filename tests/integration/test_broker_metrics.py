@@ -65,11 +65,16 @@ def test_metrics_count_what_clients_produced_and_fetched(broker_factory, topic_n
         assert watermarks(broker.bootstrap, topic_name, p)[1] == count
     assert requests_of(after, "Produce") >= 2
     assert requests_of(after, "Fetch") > requests_of(before, "Fetch")
-    produce_latency = after["kafka_network_requestmetrics_totaltimems_seconds_count", (("request", "Produce"),)]
+    produce_latency = after[
+        "kafka_network_requestmetrics_totaltimems_seconds_count", (("request", "Produce"),)
+    ]
     assert produce_latency == requests_of(after, "Produce")
     assert after["kafka_server_replicamanager_partitioncount", ()] >= 2
     assert after["kafka_server_replicamanager_leadercount", ()] >= 2
     assert after["kafka_server_replicamanager_underreplicatedpartitions", ()] == 0
+    assert after["kafka_controller_kafkacontroller_activecontrollercount", ()] == 1
+    assert after["kafka_controller_kafkacontroller_offlinepartitionscount", ()] == 0
+    assert after["kafka_coordinator_group_groupmetadatamanager_numgroups", (("state", "Empty"),)] >= 1
     assert after["process_resident_memory_bytes", ()] > 0
 
     with pytest.raises(urllib.error.HTTPError) as missing:
