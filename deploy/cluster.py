@@ -2,11 +2,12 @@
 
 ZooKeeper (Debian's package, deploy/zookeeper.py) keeps its data in var/cluster/zookeeper and listens on
 127.0.0.1:2181; if a ZooKeeper already answers there it is used and left running. The brokers use
-deploy/cluster.properties with `zookeeper.connect=127.0.0.1:2181/odradek`, listen on 127.0.0.1:9092-9094 and keep
-their logs in var/cluster/broker-<id> (each broker's output in broker.log there). A second run reuses all of it.
+deploy/cluster.properties with `zookeeper.connect=127.0.0.1:2181/odradek`, listen on 127.0.0.1:9092-9094, serve
+Prometheus metrics at http://127.0.0.1:9644-9646/metrics (odradek.metrics.listener) and keep their logs in var/cluster/broker-<id> (each broker's output in broker.log there). A second run reuses all of it.
 Ctrl-C (or SIGTERM) stops the brokers with a controlled shutdown, then ZooKeeper if this script started it.
 
-    python deploy/cluster.py [--brokers 3] [--base-port 9092] [--zookeeper-port 2181] [--data-dir var/cluster]
+    python deploy/cluster.py [--brokers 3] [--base-port 9092] [--metrics-base-port 9644] [--zookeeper-port 2181]
+                             [--data-dir var/cluster]
 """
 
 from __future__ import annotations
@@ -49,9 +50,12 @@ def api_versions_ready(host: str, port: int) -> bool:
 
 
 class BrokerChild:
-    def __init__(self, broker_id: int, port: int, data_dir: Path, zookeeper_connect: str) -> None:
+    def __init__(
+        self, broker_id: int, port: int, metrics_port: int, data_dir: Path, zookeeper_connect: str
+    ) -> None:
         self.broker_id = broker_id
         self.port = port
+        self.metrics_port = metrics_port
         self.dir = data_dir / f"broker-{broker_id}"
         self.zookeeper_connect = zookeeper_connect
         self.proc: subprocess.Popen | None = None
@@ -66,6 +70,7 @@ class BrokerChild:
             "--override", f"advertised.listeners={listener}",
             "--override", f"log.dirs={self.dir / 'logs'}",
             "--override", f"zookeeper.connect={self.zookeeper_connect}",
+            "--override", f"odradek.metrics.listener=http://127.0.0.1:{self.metrics_port}",
         ]  # fmt: skip
         with open(self.dir / "broker.log", "ab") as log:
             self.proc = subprocess.Popen(
@@ -95,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run ZooKeeper and a cluster of brokers in the foreground.")
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--base-port", type=int, default=9092)
+    parser.add_argument("--metrics-base-port", type=int, default=9644)
     parser.add_argument("--zookeeper-port", type=int, default=2181)
     parser.add_argument("--data-dir", default=str(REPO / "var" / "cluster"))
     args = parser.parse_args(argv)
@@ -113,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cluster: {exc}", file=sys.stderr)
             return 1
 
-    brokers = [BrokerChild(i, args.base_port + i, data_dir, zookeeper_connect) for i in range(args.brokers)]
+    brokers = [
+        BrokerChild(i, args.base_port + i, args.metrics_base_port + i, data_dir, zookeeper_connect)
+        for i in range(args.brokers)
+    ]
     stopping = False
 
     def on_signal(signum, frame) -> None:
