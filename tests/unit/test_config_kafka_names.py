@@ -24,6 +24,7 @@ KAFKA_3_9_BROKER_CONFIG_COUNT = 328
 # defines among the dynamic broker configs only (DynamicConfig.Broker).
 NOT_IN_KAFKA_CONFIG = {
     "odradek.event.loop",
+    "odradek.metrics.listener",
     "leader.replication.throttled.rate",
     "follower.replication.throttled.rate",
     "replica.alter.log.dirs.io.max.bytes.per.second",
