@@ -54,6 +54,8 @@ ACTIONS: dict[str, Role] = {
     "silence.create": Role.OPERATOR,
     "silence.delete": Role.OPERATOR,
     "sampler.configure": Role.ADMIN,
+    "report.run": Role.OPERATOR,
+    "report.schedule": Role.OPERATOR,
 }
 
 #: What reading needs, per kind of page or endpoint.

@@ -9,6 +9,7 @@ from console.clusters import api as clusters
 from console.groups import api as groups
 from console.monitoring import api as monitoring
 from console.operations import api as operations
+from console.reports import api as reports
 from console.topics import api as topics
 
 public = {"permission_classes": [AllowAny]}
@@ -42,6 +43,14 @@ urlpatterns = [
     path(cluster + "groups/", groups.GroupListView.as_view(), name="api-groups"),
     path(group + "reset-offsets/", groups.ResetOffsetsView.as_view(), name="api-group-reset"),
     path(group, groups.GroupDetailView.as_view(), name="api-group"),
+    path(cluster + "reports/runs/", reports.ReportRunListView.as_view(), name="api-report-runs"),
+    path(cluster + "reports/runs/<int:run_id>/", reports.ReportRunDetailView.as_view(), name="api-report-run"),
+    path(cluster + "reports/schedules/", reports.ScheduleListView.as_view(), name="api-report-schedules"),
+    path(
+        cluster + "reports/schedules/<str:report>/",
+        reports.ScheduleDetailView.as_view(),
+        name="api-report-schedule",
+    ),
     path("operations/", operations.OperationListView.as_view(), name="api-operations"),
     path("operations/<int:operation_id>/", operations.OperationDetailView.as_view(), name="api-operation"),
     path(

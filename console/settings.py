@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "console.audit",
     "console.operations",
     "console.monitoring",
+    "console.reports",
 ]
 
 MIDDLEWARE = [

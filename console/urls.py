@@ -7,6 +7,7 @@ from console.audit import views as audit_views
 from console.clusters import views as cluster_views
 from console.groups import views as group_views
 from console.operations import views as operation_views
+from console.reports import views as report_views
 from console.topics import views as topic_views
 
 handler403 = "console.web.forbidden"
@@ -38,6 +39,15 @@ cluster_pages = [
     path("groups/<path:group_id>/reset-offsets/", group_views.group_reset, name="group_reset"),
     path("groups/<path:group_id>/delete/", require_POST(group_views.group_delete), name="group_delete"),
     path("groups/<path:group_id>/", group_views.group_detail, name="group"),
+    path("reports/", report_views.report_list, name="reports"),
+    path("reports/run/", require_POST(report_views.run_now), name="report_run_now"),
+    path("reports/runs/<int:run_id>/", report_views.run_detail, name="report_run"),
+    path("reports/runs/<int:run_id>/charts/<slug:name>.<str:fmt>", report_views.chart, name="report_chart"),
+    path(
+        "reports/schedules/<str:report>/",
+        require_POST(report_views.schedule_update),
+        name="report_schedule",
+    ),
 ]
 
 urlpatterns = [
