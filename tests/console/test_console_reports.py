@@ -10,8 +10,6 @@ from console.audit.models import AuditEntry, Outcome
 from console.reports.models import ReportRun, Status
 from tests.console.conftest import wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
 REPORT_TIMEOUT_S = 240
 
 
@@ -19,6 +17,7 @@ def runs_url(cluster) -> str:
     return f"/api/v1/clusters/{cluster.pk}/reports/runs/"
 
 
+@pytest.mark.django_db
 def test_a_viewer_reads_runs_but_may_not_run_one_and_the_refusal_is_audited(api, cluster):
     assert api("victor").get(runs_url(cluster)).json()["results"] == []
     assert api("nora").get(runs_url(cluster)).status_code == 403
@@ -38,6 +37,7 @@ def test_a_viewer_reads_runs_but_may_not_run_one_and_the_refusal_is_audited(api,
         ({"report": "retention", "topics": "(unclosed"}, "topics"),
     ],
 )
+@pytest.mark.django_db
 def test_bad_run_parameters_are_refused_naming_the_field(api, cluster, body, field):
     response = api("oscar").post(runs_url(cluster), body, format="json")
     assert response.status_code == 400, response.json()
@@ -45,6 +45,7 @@ def test_bad_run_parameters_are_refused_naming_the_field(api, cluster, body, fie
     assert not ReportRun.objects.exists()
 
 
+@pytest.mark.django_db
 def test_every_report_has_a_daily_schedule_an_operator_can_change(api, cluster):
     url = f"/api/v1/clusters/{cluster.pk}/reports/schedules/"
     schedules = api("victor").get(url).json()
@@ -64,6 +65,7 @@ def test_every_report_has_a_daily_schedule_an_operator_can_change(api, cluster):
     )
 
 
+@pytest.mark.django_db
 def test_the_openapi_schema_has_the_report_endpoints(api):
     schema = api(None).get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
     paths = schema["paths"]
@@ -72,6 +74,7 @@ def test_the_openapi_schema_has_the_report_endpoints(api):
     assert "/api/v1/clusters/{cluster_id}/reports/runs/{run_id}/" in paths
 
 
+@pytest.mark.django_db(transaction=True)  # committed, for the worker to see the run
 def test_run_now_runs_a_real_report_on_the_worker_and_its_chart_is_served(
     api, client, personas, cluster, celery_worker, new_topic
 ):
