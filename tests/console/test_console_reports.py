@@ -9,6 +9,7 @@ from confluent_kafka import Producer
 from console.audit.models import AuditEntry, Outcome
 from console.reports.models import ReportRun, Status
 from tests.console.conftest import wait_for
+from tests.console.test_console_browser import browser, log_in, page  # noqa: F401  (fixtures)
 
 REPORT_TIMEOUT_S = 240
 
@@ -75,8 +76,8 @@ def test_the_openapi_schema_has_the_report_endpoints(api):
 
 
 @pytest.mark.django_db(transaction=True)  # committed, for the worker to see the run
-def test_run_now_runs_a_real_report_on_the_worker_and_its_chart_is_served(
-    api, client, personas, cluster, celery_worker, new_topic
+def test_run_now_runs_a_real_report_on_the_worker_and_the_browser_sees_its_chart(
+    api, client, personas, cluster, celery_worker, new_topic, page  # noqa: F811
 ):
     topic = new_topic(partitions=2)
     producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
@@ -111,5 +112,13 @@ def test_run_now_runs_a_real_report_on_the_worker_and_its_chart_is_served(
     chart = client.get(chart_url)
     assert chart.status_code == 200 and chart["Content-Type"] == "image/svg+xml"
     assert b"<svg" in b"".join(chart.streaming_content)
-    page = client.get(f"/clusters/{cluster.pk}/reports/").content.decode()
-    assert chart_url in page and topic in page
+    reports_page = client.get(f"/clusters/{cluster.pk}/reports/").content.decode()
+    assert chart_url in reports_page and topic in reports_page
+
+    log_in(page, "victor")
+    page.goto(f"/clusters/{cluster.pk}/reports/runs/{run_id}/")
+    assert page.locator("#run-status").inner_text() == "succeeded"
+    chart_img = page.locator("img[alt=bytes_per_hour]")
+    chart_img.wait_for()
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=chart_img.element_handle())
+    assert topic in page.locator("#run-summary").inner_text()
