@@ -229,13 +229,13 @@ def parse_metrics_listener(value: str) -> tuple[str, int] | None:
         return None
     parts = urlsplit(value)
     if parts.scheme != "http" or not parts.hostname or parts.path not in ("", "/") or parts.query:
-        raise ValueError(f"{value!r} is not of the form http://host:port")
+        raise ValueError("is not of the form http://host:port")
     try:
         port = parts.port
     except ValueError as exc:
-        raise ValueError(f"{value!r} has an invalid port") from exc
+        raise ValueError("has an invalid port") from exc
     if port is None:
-        raise ValueError(f"{value!r} names no port")
+        raise ValueError("names no port")
     return parts.hostname, port
 
 

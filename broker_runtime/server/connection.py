@@ -158,28 +158,27 @@ class KafkaConnection(asyncio.Protocol):
         held = frame.reserved if header.api_key == ApiKey.PRODUCE else 0
         self._release(frame.reserved - held)
         slot = self._core.open_slot(header.correlation_id, header.api_key)
-        metrics = self._dispatcher.broker.metrics
+        broker = self._dispatcher.broker
         if coro is None:
-            metrics.record_request(header.api_key, header.api_version, 0.0)
+            broker.metrics.record_request(header.api_key, header.api_version, 0.0)
             self._complete(slot, immediate)
             return
-        started_ms = self._dispatcher.broker.clock.monotonic_ms()
+        started_ms = broker.clock.monotonic_ms()
         self._listener.queue.add()
         task = asyncio.get_running_loop().create_task(coro)
         # A task runs its first step in the loop iteration after its creation, before this callback: the
         # request has left the queue when its handler has started.
         asyncio.get_running_loop().call_soon(self._listener.request_started)
         self._tasks.add(task)
-        task.add_done_callback(lambda t: self._on_done(slot, header.api_key, header.api_version, t, held))
         task.add_done_callback(
-            lambda _: metrics.record_request(
-                header.api_key,
-                header.api_version,
-                (self._dispatcher.broker.clock.monotonic_ms() - started_ms) / 1000,
-            )
+            lambda t: self._on_done(slot, header.api_key, header.api_version, t, held, started_ms)
         )
 
-    def _on_done(self, slot: Slot, api_key: int, api_version: int, task: asyncio.Task, held: int) -> None:
+    def _on_done(
+        self, slot: Slot, api_key: int, api_version: int, task: asyncio.Task, held: int, started_ms: int
+    ) -> None:
+        broker = self._dispatcher.broker
+        broker.metrics.record_request(api_key, api_version, (broker.clock.monotonic_ms() - started_ms) / 1000)
         self._tasks.discard(task)
         self._release(held)
         if self._transport is None:
