@@ -158,12 +158,11 @@ class KafkaConnection(asyncio.Protocol):
         held = frame.reserved if header.api_key == ApiKey.PRODUCE else 0
         self._release(frame.reserved - held)
         slot = self._core.open_slot(header.correlation_id, header.api_key)
-        broker = self._dispatcher.broker
         if coro is None:
-            broker.metrics.record_request(header.api_key, header.api_version, 0.0)
+            self._dispatcher.record_request(header.api_key, header.api_version, 0.0)
             self._complete(slot, immediate)
             return
-        started_ms = broker.clock.monotonic_ms()
+        started_ms = self._listener.clock.monotonic_ms()
         self._listener.queue.add()
         task = asyncio.get_running_loop().create_task(coro)
         # A task runs its first step in the loop iteration after its creation, before this callback: the
@@ -177,8 +176,8 @@ class KafkaConnection(asyncio.Protocol):
     def _on_done(
         self, slot: Slot, api_key: int, api_version: int, task: asyncio.Task, held: int, started_ms: int
     ) -> None:
-        broker = self._dispatcher.broker
-        broker.metrics.record_request(api_key, api_version, (broker.clock.monotonic_ms() - started_ms) / 1000)
+        elapsed_ms = self._listener.clock.monotonic_ms() - started_ms
+        self._dispatcher.record_request(api_key, api_version, elapsed_ms / 1000)
         self._tasks.discard(task)
         self._release(held)
         if self._transport is None:

@@ -53,3 +53,7 @@ class Dispatcher:
             )
         body = decode_body(header, frame, body_pos)
         return None, self.handlers[header.api_key](ctx, body)
+
+    def record_request(self, api_key: int, api_version: int, seconds: float) -> None:
+        if self.broker is not None:  # None in tests that serve bare handlers
+            self.broker.metrics.record_request(api_key, api_version, seconds)
