@@ -74,6 +74,12 @@ async def _run(config) -> int:
     from broker_runtime.errors import KafkaError
     from broker_runtime.log.log_manager import LogDirError
 
+    # Handlers first: a SIGTERM that arrives while the broker starts (it may be registered in ZooKeeper already)
+    # is a controlled shutdown once the start is done, never the default death by signal.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     try:
         broker = Broker(config)
         await broker.start()
@@ -85,10 +91,6 @@ async def _run(config) -> int:
             "cannot start: ZooKeeper at %s: %s", config.zookeeper_connect, exc or type(exc).__name__
         )
         return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     # Either a signal (controlled shutdown) or a halt (storage failed: exit 1 without a clean shutdown).
     waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(broker.halted.wait())]
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
