@@ -215,8 +215,14 @@ LEASE_S = 3.0
 def managed_fixture(settings, tmp_path, zookeeper, redis_url, transactional_db, api):
     """A provisioned cluster of three brokers run by its own supervisor, and `worker()` starting Celery workers
     on a queue of the test's own."""
+    from console.celery import app
     from console.clusters.client import client_for, forget
 
+    # An earlier test may have queued an audit entry before the session's Redis was known: drop the pools
+    # bound to the default address, so that this test's operations reach its Redis.
+    app.conf.broker_url = redis_url
+    app._pool = None
+    app.amqp._producer_pool = None
     clusters_dir = tmp_path / "clusters"
     settings.CONSOLE_CLUSTERS_DIR = clusters_dir
     settings.CONSOLE_ZOOKEEPER = zookeeper.address
