@@ -75,6 +75,11 @@ ENDPOINTS = [
     ("get", C + "sampler/", None, Role.VIEWER, 200),
     ("put", C + "sampler/", {"interval_s": 1}, Role.ADMIN, 400),
     ("get", C + "lag/{g}/", None, Role.VIEWER, 404),
+    ("get", C + "reports/runs/", None, Role.VIEWER, 200),
+    ("post", C + "reports/runs/", {"report": "nope"}, Role.OPERATOR, 400),
+    ("get", C + "reports/runs/99999/", None, Role.VIEWER, 404),
+    ("get", C + "reports/schedules/", None, Role.VIEWER, 200),
+    ("put", C + "reports/schedules/nope/", {"crontab": "0 3 * * *"}, Role.OPERATOR, 400),
 ]
 
 
@@ -151,6 +156,8 @@ def test_every_api_route_is_in_the_matrix():
     covered = {c.replace("operations/<int:cluster_id>/", "operations/<int:operation_id>/") for c in covered}
     covered = {c.replace("rules/<int:cluster_id>/", "rules/<int:rule_id>/") for c in covered}
     covered = {c.replace("silences/<int:cluster_id>/", "silences/<int:silence_id>/") for c in covered}
+    covered = {c.replace("runs/<int:cluster_id>/", "runs/<int:run_id>/") for c in covered}
+    covered = {c.replace("schedules/nope/", "schedules/<str:report>/") for c in covered}
     assert api_routes - covered == set()
 
 
