@@ -103,10 +103,12 @@ def do_provision_cluster(
     racks: list[str] | None = None,
     config_overrides: dict[str, Any] | None = None,
     failover_grace_s: int | None = None,
+    metrics_base_port: int | None = None,
     source: str,
 ) -> Cluster:
     """A new managed cluster: its row and one broker spec per broker (ids 0..n-1, ports base_port.., racks
-    round-robin). The supervisor starts the brokers; nothing runs yet when this returns."""
+    round-robin; with `metrics_base_port`, each broker serves /metrics on metrics_base_port + id). The
+    supervisor starts the brokers; nothing runs yet when this returns."""
     zookeeper = zookeeper or settings.CONSOLE_ZOOKEEPER
     chroot = chroot or f"/odradek-{name}"
     params = {
@@ -118,6 +120,7 @@ def do_provision_cluster(
         "racks": racks or [],
         "config_overrides": config_overrides or {},
         "failover_grace_s": failover_grace_s,
+        "metrics_base_port": metrics_base_port,
     }
     with action(
         user, "cluster.provision", source=source, resource_type="cluster", resource_name=name, params=params
@@ -151,6 +154,11 @@ def do_provision_cluster(
                 port=port,
                 log_dirs=provisioning.default_log_dirs(data_dir, broker_id),
                 rack=racks[broker_id % len(racks)] if racks else "",
+                config_overrides=(
+                    {"odradek.metrics.listener": f"http://{host}:{metrics_base_port + broker_id}"}
+                    if metrics_base_port
+                    else {}
+                ),
             )
         act.cluster = cluster
     return cluster

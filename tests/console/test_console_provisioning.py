@@ -81,3 +81,18 @@ def test_only_admins_provision_and_add_brokers(api, clusters_dir):
     response = api("alice").post(f"/api/v1/clusters/{cluster_id}/managed-brokers/", {}, format="json")
     assert response.status_code == 201
     assert (response.json()["broker_id"], response.json()["port"]) == (3, 34095)
+
+
+@pytest.mark.django_db
+def test_the_local_cluster_of_make_up_serves_broker_metrics(clusters_dir):
+    from django.contrib.auth import get_user_model
+
+    from console.clusters.actions import do_provision_cluster
+    from console.clusters.management.commands.up import LOCAL_CLUSTER
+
+    admin = get_user_model().objects.create_superuser("root", password="x")
+    cluster = do_provision_cluster(admin, source="cli", **{**LOCAL_CLUSTER, "base_port": 33092})
+    specs = ManagedBroker.objects.filter(cluster=cluster).order_by("broker_id")
+    assert [provisioning.broker_properties(b)["odradek.metrics.listener"] for b in specs] == [
+        "http://127.0.0.1:9644", "http://127.0.0.1:9645", "http://127.0.0.1:9646",
+    ]  # fmt: skip

@@ -36,7 +36,9 @@ VAR = REPO / "var"
 
 
 #: The local cluster `make up` provisions on its first run (and the supervisor runs on every run).
-LOCAL_CLUSTER = {"name": "local", "brokers": 3, "base_port": 9092, "chroot": "/odradek"}
+LOCAL_CLUSTER = {
+    "name": "local", "brokers": 3, "base_port": 9092, "chroot": "/odradek", "metrics_base_port": 9644,
+}
 ZOOKEEPER_DATA = VAR / "zookeeper"
 
 CONSOLE_ADDRESS = "127.0.0.1:8000"
