@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -201,7 +200,7 @@ class ZkClusterMember:
         path = z.broker_path(self.broker_id)
         data = z.encode_broker(self.registration())
         timeout_ms = 2 * self.broker.config["zookeeper.session.timeout.ms"] + 5000
-        deadline = time.monotonic() + timeout_ms / 1000
+        deadline_ms = self.broker.clock.monotonic_ms() + timeout_ms
         waiting_logged = False
         while True:
             try:
@@ -211,7 +210,7 @@ class ZkClusterMember:
                 if found is None:
                     continue
                 if found[1].ephemeral_owner != self.zk.session_id:
-                    if time.monotonic() > deadline:
+                    if self.broker.clock.monotonic_ms() > deadline_ms:
                         raise KafkaError(
                             ErrorCode.broker_id_not_registered,
                             f"broker.id {self.broker_id} is registered in ZooKeeper by another live session: "
