@@ -179,6 +179,12 @@ class BrokerCollector:
             prefix + "underreplicatedpartitions", "Led partitions whose ISR is smaller than their replica set.",
             value=sum(1 for p in leaders if len(p.isr) < len(p.replicas)),
         )  # fmt: skip
+        for name, value, doc in (
+            ("isrexpands", rm.isr_expands, "ISR expansions the controller accepted for partitions led here."),
+            ("isrshrinks", rm.isr_shrinks, "ISR shrinks the controller accepted for partitions led here."),
+            ("failedisrupdates", rm.failed_isr_updates, "ISR changes the controller refused or that failed."),
+        ):
+            yield CounterMetricFamily(prefix + name, doc, value=value)
         size = GaugeMetricFamily(
             "kafka_log_log_size", "Bytes of a partition's log.", labels=["topic", "partition"]
         )

@@ -48,6 +48,9 @@ class ReplicaManager:
         self.isr_sender: IsrSender | None = None
         self._isr_tasks: set[asyncio.Task] = set()
         self._isr_timer = None
+        # ISR changes the controller accepted, and those it refused or that failed (Kafka's IsrExpandsPerSec,
+        # IsrShrinksPerSec and FailedIsrUpdatesPerSec; read by metrics.py).
+        self.isr_expands = self.isr_shrinks = self.failed_isr_updates = 0
 
     # --- partitions ---------------------------------------------------------------------------------------
 
@@ -178,6 +181,8 @@ class ReplicaManager:
         if partition.pending_isr != isr or partition.leader_epoch != epoch or not partition.is_leader:
             return  # a LeaderAndIsr came meanwhile: it has the last word
         partition.pending_isr = None
+        if error != ErrorCode.none or leader_epoch != partition.leader_epoch:
+            self.failed_isr_updates += 1
         if error is None:
             return  # the next check (or fetch) tries again
         if error != ErrorCode.none:
@@ -188,6 +193,11 @@ class ReplicaManager:
             )
             return
         if leader_epoch == partition.leader_epoch:
+            # Counted by what was proposed, as Kafka's PendingExpandIsr/PendingShrinkIsr notify their listener.
+            if set(isr) > set(partition.isr):
+                self.isr_expands += 1
+            else:
+                self.isr_shrinks += 1
             partition.isr, partition.partition_epoch = list(new_isr), partition_epoch
             log.info("%s-%d: ISR is now %s", partition.topic, partition.index, list(new_isr))
             partition.maybe_advance_high_watermark()
