@@ -1,8 +1,9 @@
 """/metrics: the sampled lag in Prometheus text format, under kafka-lag-exporter's metric names (so its
 dashboards and alerts work unchanged), plus Burrow's statuses as odradek_* gauges.
 
-Labels follow kafka-lag-exporter's, without the member labels (member_host, consumer_id, client_id), which the
-sampler does not record. Values are those of each cluster's newest sampling round."""
+Labels follow kafka-lag-exporter's: the per-partition metrics carry the member that had the partition at the
+newest round (member_host, consumer_id, client_id; "unknown" for a partition no member has, as there). Values
+are those of each cluster's newest sampling round."""
 
 from __future__ import annotations
 
@@ -23,12 +24,13 @@ class LagCollector:
             return GaugeMetricFamily(name, doc, labels=labels)
 
         part_labels = ["cluster_name", "group", "topic", "partition"]
+        member_labels = [*part_labels, "member_host", "consumer_id", "client_id"]
         offset = family(
-            "kafka_consumergroup_group_offset", "Last group consumed offset of a partition", part_labels
+            "kafka_consumergroup_group_offset", "Last group consumed offset of a partition", member_labels
         )
-        lag = family("kafka_consumergroup_group_lag", "Group offset lag of a partition", part_labels)
+        lag = family("kafka_consumergroup_group_lag", "Group offset lag of a partition", member_labels)
         lag_s = family(
-            "kafka_consumergroup_group_lag_seconds", "Group time lag of a partition in seconds", part_labels
+            "kafka_consumergroup_group_lag_seconds", "Group time lag of a partition in seconds", member_labels
         )
         max_lag = family(
             "kafka_consumergroup_group_max_lag", "Max group offset lag", ["cluster_name", "group"]
@@ -68,10 +70,11 @@ class LagCollector:
                 topic_lags: dict[str, int] = {}
                 for p in g.partitions:
                     labels = [cluster.name, group, p.topic, str(p.partition)]
+                    with_member = [*labels, p.member_host, p.consumer_id, p.client_id]
                     if p.committed is not None:
-                        offset.add_metric(labels, p.committed)
-                        lag.add_metric(labels, p.lag)
-                        lag_s.add_metric(labels, p.lag_seconds or 0.0)
+                        offset.add_metric(with_member, p.committed)
+                        lag.add_metric(with_member, p.lag)
+                        lag_s.add_metric(with_member, p.lag_seconds or 0.0)
                     p_status.add_metric(labels, int(p.status))
                     topic_lags[p.topic] = topic_lags.get(p.topic, 0) + (p.lag or 0)
                     if (p.topic, p.partition) not in seen_partitions:

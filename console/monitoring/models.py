@@ -32,6 +32,11 @@ class OffsetSample(models.Model):
     end = models.BigIntegerField()
     stable = models.BigIntegerField()
     active_members = models.BooleanField(default=False)
+    #: the member the partition was assigned to in this round, as DescribeGroups tells it (kafka-lag-exporter's
+    #: labels); "unknown" when no member has it (a member-less group, or a partition nobody is assigned)
+    member_host = models.CharField(max_length=255, default="unknown")
+    consumer_id = models.CharField(max_length=255, default="unknown")
+    client_id = models.CharField(max_length=255, default="unknown")
 
     class Meta:
         indexes = [

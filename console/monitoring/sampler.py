@@ -4,8 +4,9 @@ Kafka-compatible cluster), stores them (a bounded window), and writes them to th
 in the format of docs/contracts.md (jobs.lag_samples.LagSample).
 
 A round costs a bounded number of round trips, whatever the number of groups: one ListGroups, the groups'
-OffsetFetch requests all in flight at once, and two ListOffsets (read_uncommitted and read_committed) batched
-per leader by the client."""
+OffsetFetch requests all in flight at once, DescribeGroups for the groups that have members (who owns each
+partition: kafka-lag-exporter's member labels), and two ListOffsets (read_uncommitted and read_committed)
+batched per leader by the client."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ def sample_cluster(cluster, now_ms: int, *, publish: bool = True) -> RoundResult
     except ConsoleError:  # a cluster without DescribeLogDirs: no byte rates
         sizes = {}
     state = {g.group_id: g.state for g in groups}
+    owners = partition_owners(client, [g for g in ids if state[g] not in MEMBERLESS_STATES])
     samples = [
         LagSample(
             cluster.name,
@@ -81,6 +83,7 @@ def sample_cluster(cluster, now_ms: int, *, publish: bool = True) -> RoundResult
                     end=s.log_end_offset,
                     stable=s.last_stable_offset,
                     active_members=state.get(s.group, "") not in MEMBERLESS_STATES,
+                    **owners.get((s.group, s.topic, s.partition), {}),
                 )
                 for s in samples
             ],
@@ -118,6 +121,29 @@ def sample_cluster(cluster, now_ms: int, *, publish: bool = True) -> RoundResult
     if publish and samples:
         publish_samples(cluster, samples)
     return RoundResult(now_ms, len(ids), len(samples), len(partitions))
+
+
+def partition_owners(client, group_ids: list[str]) -> dict[tuple[str, str, int], dict[str, str]]:
+    """{(group, topic, partition): member labels} of the assigned partitions of groups that have members
+    (DescribeGroups); a group that cannot be described keeps "unknown" labels rather than failing the round."""
+    out: dict[tuple[str, str, int], dict[str, str]] = {}
+    for start in range(0, len(group_ids), OFFSET_FETCH_BATCH):
+        batch = group_ids[start : start + OFFSET_FETCH_BATCH]
+        try:
+            described = client.describe_groups(batch)
+        except ConsoleError as exc:
+            log.warning("member labels of %d groups not read: %s", len(batch), exc)
+            continue
+        for group_id, description in described.items():
+            for member in description.members:
+                labels = {
+                    "member_host": member.host[:255],
+                    "consumer_id": member.member_id[:255],
+                    "client_id": member.client_id[:255],
+                }
+                for topic, partition in member.assignment:
+                    out[(group_id, topic, partition)] = labels
+    return out
 
 
 def publish_samples(cluster, samples: list[LagSample]) -> None:

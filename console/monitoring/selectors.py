@@ -32,6 +32,10 @@ class PartitionLagNow:
     lag: int | None
     lag_seconds: float | None
     status: PartitionStatus
+    #: who had the partition at the newest round (kafka-lag-exporter's labels; "unknown" when nobody)
+    member_host: str = "unknown"
+    consumer_id: str = "unknown"
+    client_id: str = "unknown"
 
 
 @dataclass
@@ -75,12 +79,15 @@ def lag_now(cluster, now_ms: int, *, group: str | None = None) -> dict[str, Grou
         rows = rows.filter(group_id=group)
     windows: dict[tuple[str, str, int], list[Point]] = defaultdict(list)
     members: dict[str, bool] = {}
-    for g, t, p, r, c, e, active in rows.order_by("round_ms").values_list(
-        "group_id", "topic", "partition", "round_ms", "committed", "end", "active_members"
-    ):
+    owners: dict[tuple[str, str, int], tuple[str, str, str]] = {}
+    for g, t, p, r, c, e, active, host, consumer_id, client_id in rows.order_by("round_ms").values_list(
+        "group_id", "topic", "partition", "round_ms", "committed", "end", "active_members",
+        "member_host", "consumer_id", "client_id",
+    ):  # fmt: skip
         windows[(g, t, p)].append(Point(r, c, e))
         if r == rounds[-1]:
             members[g] = active
+            owners[(g, t, p)] = (host, consumer_id, client_id)
     histories = end_histories(cluster, {(t, p) for (_, t, p) in windows})
     out: dict[str, GroupLagNow] = {}
     for (g, t, p), points in sorted(windows.items()):
@@ -99,6 +106,7 @@ def lag_now(cluster, now_ms: int, *, group: str | None = None) -> dict[str, Grou
                     newest.committed, histories.get((t, p), [(newest.timestamp_ms, newest.end)]), now_ms
                 ),
                 partition_status(points, active_members=members.get(g, False)),
+                *owners[(g, t, p)],
             )
         )
     return out

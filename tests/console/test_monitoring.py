@@ -326,7 +326,11 @@ def test_metrics_use_kafka_lag_exporters_names(client, cluster, sampled_group, s
         for family in text_string_to_metric_families(response.content.decode())
         for s in family.samples
     }
-    part = (("cluster_name", "test"), ("group", group), ("partition", "0"), ("topic", topic))
+    # the slow consumer assigns its partition itself: no member has it
+    unknown = (("client_id", "unknown"), ("consumer_id", "unknown"), ("member_host", "unknown"))
+    part = tuple(
+        sorted((("cluster_name", "test"), ("group", group), ("partition", "0"), ("topic", topic), *unknown))
+    )
     assert samples[("kafka_consumergroup_group_lag", part)] == 6
     assert samples[("kafka_consumergroup_group_offset", part)] == 4
     assert ("kafka_consumergroup_group_lag_seconds", part) in samples
@@ -340,6 +344,54 @@ def test_metrics_use_kafka_lag_exporters_names(client, cluster, sampled_group, s
     settings.CONSOLE_METRICS_TOKEN = "scrape-me"
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", headers={"Authorization": "Bearer scrape-me"}).status_code == 200
+
+
+def test_lag_metrics_name_the_member_that_has_the_partition(client, cluster, new_topic):
+    """kafka-lag-exporter's member labels: a subscribed consumer's partitions carry its host, member id and
+    client.id; a member-less group's carry "unknown"."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    topic = new_topic(partitions=2)
+    produce(cluster, topic, 6, partition=0)
+    group, idle = f"g-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": group,
+            "client.id": "lag-labels-client",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        msg = wait_for(lambda: consumer.poll(0.2), timeout=30, what="a record through the group")
+        consumer.commit(message=msg, asynchronous=False)
+        client_for(cluster).alter_group_offsets(idle, {(topic, 0): 2})
+        sample_cluster(cluster, T0, publish=False)
+        described = client_for(cluster).describe_groups([group])[group]
+        member = described.members[0]
+        row = OffsetSample.objects.get(cluster=cluster, group_id=group, partition=0)
+        assert (row.member_host, row.consumer_id, row.client_id) == (
+            member.host, member.member_id, "lag-labels-client",
+        )  # fmt: skip
+        assert member.member_id.startswith("lag-labels-client")
+        idle_row = OffsetSample.objects.get(cluster=cluster, group_id=idle)
+        assert (idle_row.member_host, idle_row.consumer_id, idle_row.client_id) == ("unknown",) * 3
+
+        text = client.get("/metrics").content.decode()
+    finally:
+        consumer.close()
+    lags = {
+        s.labels["group"]: s.labels
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "kafka_consumergroup_group_lag" and s.labels["topic"] == topic
+    }
+    assert lags[group]["client_id"] == "lag-labels-client"
+    assert lags[group]["consumer_id"] == member.member_id
+    assert lags[group]["member_host"] == member.host
+    assert (lags[idle]["member_host"], lags[idle]["consumer_id"], lags[idle]["client_id"]) == ("unknown",) * 3
 
 
 def test_rules_through_the_api_are_audited_and_checked(api, cluster):
