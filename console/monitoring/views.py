@@ -6,9 +6,11 @@ from __future__ import annotations
 import datetime as dt
 
 from django import forms
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.http import HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
+from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
@@ -31,6 +33,30 @@ class RuleForm(forms.ModelForm):
         fields = list(actions.RULE_FIELDS)
 
 
+class RuleEditForm(RuleForm):
+    """A rule's fields as they are; the webhook secret is never sent back to the browser: left empty it stays,
+    "clear" removes it."""
+
+    webhook_secret = forms.CharField(
+        required=False, max_length=255, widget=forms.PasswordInput(render_value=False),
+        help_text="Leave empty to keep the current secret.",
+    )  # fmt: skip
+    clear_webhook_secret = forms.BooleanField(required=False, label="Clear the webhook secret")
+
+    def changes(self) -> dict:
+        """The fields the operator changed, as the action takes them."""
+        changed = {
+            name: self.cleaned_data[name]
+            for name in self.changed_data
+            if name in actions.RULE_FIELDS and name != "webhook_secret"
+        }
+        if self.cleaned_data.get("webhook_secret"):
+            changed["webhook_secret"] = self.cleaned_data["webhook_secret"]
+        elif self.cleaned_data.get("clear_webhook_secret"):
+            changed["webhook_secret"] = ""
+        return changed
+
+
 class SilenceForm(forms.ModelForm):
     class Meta:
         model = Silence
@@ -38,8 +64,6 @@ class SilenceForm(forms.ModelForm):
 
 
 def _form_errors(request, form) -> None:
-    from django.contrib import messages
-
     for field, errors in form.errors.items():
         for error in errors:
             messages.error(request, f"{field}: {error}" if field != "__all__" else error)
@@ -92,6 +116,56 @@ def rule_delete(request, rule_id: int):
         request, lambda: actions.do_delete_rule(request.user, rule, source="web"), success="Rule deleted."
     )
     return _back()
+
+
+def _rule_row(request, rule: AlertRule, **extra) -> HttpResponse:
+    return render(request, "monitoring/_rule_row.html", {"r": rule, **extra})
+
+
+@login_required
+def rule_edit(request, rule_id: int):
+    """The edit form of one rule, as a table row that htmx swaps in place of the rule's row (a page of its own
+    without htmx); its POST changes the rule through the action and answers the updated row, or the form with
+    its errors."""
+    rule = get_object_or_404(AlertRule.objects.select_related("cluster"), pk=rule_id)
+    if request.method != "POST":
+        check_role(request.user, Role.OPERATOR, "Editing rules")
+        form = RuleEditForm(instance=rule)
+        template = "monitoring/_rule_edit.html" if request.htmx else "monitoring/rule_edit.html"
+        return render(
+            request, template, {"r": rule, "form": form, "nav": "alerts", "clusters": Cluster.objects.all()}
+        )
+    form = RuleEditForm(request.POST, instance=AlertRule.objects.get(pk=rule.pk))  # the form mutates its copy
+    changes = form.changes() if form.is_valid() else {}
+    if not changes:
+        check_role(request.user, Role.OPERATOR, "Editing rules")  # the action checks (and audits) otherwise
+    if form.is_valid():
+        try:
+            if changes:
+                rule = actions.do_update_rule(request.user, rule, changes, source="web")
+        except ValidationError as exc:
+            rule.refresh_from_db()
+            for message in exc.messages:
+                form.add_error(None, message)
+        else:
+            summary = f"Rule {rule.name!r} saved." if changes else "Nothing changed."
+            if request.htmx:
+                return _rule_row(request, rule, saved=summary)
+            messages.success(request, summary)
+            return _back()
+    if request.htmx:
+        return render(request, "monitoring/_rule_edit.html", {"r": rule, "form": form})
+    return render(
+        request, "monitoring/rule_edit.html",
+        {"r": rule, "form": form, "nav": "alerts", "clusters": Cluster.objects.all()},
+    )  # fmt: skip
+
+
+@login_required
+def rule_row(request, rule_id: int):
+    """One rule's row (what the edit form's Cancel swaps back)."""
+    check_role(request.user, Role.VIEWER, "Alert rules")
+    return _rule_row(request, get_object_or_404(AlertRule.objects.select_related("cluster"), pk=rule_id))
 
 
 @login_required

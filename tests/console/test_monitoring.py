@@ -532,6 +532,88 @@ def test_rules_and_silences_from_the_alerts_page(client, personas, cluster):
     ]
 
 
+def rule_form(rule: AlertRule, **changes) -> dict:
+    """The edit form as the browser posts it: the rule's current values (no secret), with `changes`."""
+    form = {
+        "name": rule.name,
+        "cluster": rule.cluster_id or "",
+        "group_pattern": rule.group_pattern,
+        "topic_pattern": rule.topic_pattern,
+        "condition": rule.condition,
+        "threshold": str(rule.threshold),
+        "for_s": str(rule.for_s),
+        "severity": rule.severity,
+        "email_to": rule.email_to,
+        "webhook_url": rule.webhook_url,
+        "webhook_secret": "",
+        **({"enabled": "on"} if rule.enabled else {}),
+    }
+    return {**form, **changes}
+
+
+def test_rules_are_edited_in_place_from_the_alerts_page(client, personas, cluster):
+    from console.audit.models import AuditEntry
+
+    rule = AlertRule.objects.create(
+        name="lagging orders", cluster=cluster, group_pattern="orders-*", condition="offset_lag",
+        threshold=100, for_s=60, webhook_url="https://hooks.example/x", webhook_secret="s3cret",
+    )  # fmt: skip
+    AlertRule.objects.create(name="other rule", condition="status")
+    edit_url, htmx = f"/alerts/rules/{rule.pk}/edit/", {"HX-Request": "true"}
+
+    client.force_login(personas["victor"])
+    assert client.get(edit_url, headers=htmx).status_code == 403
+    assert client.post(edit_url, rule_form(rule, threshold="5"), headers=htmx).status_code == 403
+    assert f'hx-get="{edit_url}"' not in client.get("/alerts/").content.decode()
+
+    client.force_login(personas["oscar"])
+    page = client.get("/alerts/").content.decode()
+    assert f'hx-get="{edit_url}"' in page and f'id="rule-{rule.pk}"' in page
+    fragment = client.get(edit_url, headers=htmx).content.decode()
+    assert fragment.lstrip().startswith(f'<tr id="rule-{rule.pk}"') and "<html" not in fragment
+    assert 'value="orders-*"' in fragment and "s3cret" not in fragment  # the secret never goes back out
+
+    # htmx: the changed fields through the action, answered with the rule's new row; the secret is kept
+    row = client.post(edit_url, rule_form(rule, threshold="250", for_s="120"), headers=htmx).content.decode()
+    assert row.lstrip().startswith(f'<tr id="rule-{rule.pk}"') and "(N = 250)" in row and "120 s" in row
+    rule.refresh_from_db()
+    assert (rule.threshold, rule.for_s, rule.webhook_secret, rule.group_pattern) == (
+        250,
+        120,
+        "s3cret",
+        "orders-*",
+    )
+
+    # errors come back in the form, and nothing changes
+    bad = client.post(edit_url, rule_form(rule, for_s="-1"), headers=htmx).content.decode()
+    assert 'class="rule-edit"' in bad and "errorlist" in bad
+    taken = client.post(edit_url, rule_form(rule, name="other rule"), headers=htmx).content.decode()
+    assert "already exists" in taken
+    rule.refresh_from_db()
+    assert (rule.name, rule.for_s) == ("lagging orders", 120)
+
+    # a new secret replaces the old; "clear" removes it; without htmx the POST goes back to the alerts page
+    client.post(edit_url, rule_form(rule, webhook_secret="n3w"), headers=htmx)
+    rule.refresh_from_db()
+    assert rule.webhook_secret == "n3w"
+    response = client.post(edit_url, rule_form(rule, clear_webhook_secret="on"), follow=True)
+    assert response.redirect_chain[-1][0] == "/alerts/"
+    assert "Rule &#x27;lagging orders&#x27; saved." in response.content.decode()
+    rule.refresh_from_db()
+    assert rule.webhook_secret == ""
+    unchanged = client.post(edit_url, rule_form(rule), headers=htmx).content.decode()
+    assert "Nothing changed." in unchanged
+    assert client.get(f"/alerts/rules/{rule.pk}/row/").content.decode().lstrip().startswith("<tr")
+    assert client.get(edit_url).status_code == 200  # a page of its own without htmx
+
+    updates = list(
+        AuditEntry.objects.filter(action="alert_rule.update").order_by("pk").values_list("outcome", "params")
+    )
+    assert [outcome for outcome, _ in updates] == ["denied", "ok", "ok", "ok"]
+    assert updates[1][1] == {"threshold": 250.0, "for_s": 120}  # only what changed
+    assert updates[2][1] == {"webhook_secret": "***"} and updates[3][1] == {"webhook_secret": ""}
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_failed_webhook_is_retried_by_the_worker(cluster, new_topic, slow_consumer, webhook, celery_worker):
     webhook.failures = [503]

@@ -45,3 +45,44 @@ def test_a_firing_alert_and_the_lag_chart(page, personas, cluster, shared_broker
     points = chart.get_attribute("points").split()
     assert len(points) == 2  # one point per round
     assert page.locator("#group-status").inner_text() == "WARN"  # offsets move, lag grows (8 -> 11)
+
+
+def test_an_operator_edits_a_rule_in_place(page, personas, cluster):  # noqa: F811
+    rule = AlertRule.objects.create(
+        name="edited in place",
+        cluster=cluster,
+        group_pattern="billing-*",
+        condition="lag_seconds",
+        threshold=30,
+    )
+    AlertRule.objects.create(name="taken", condition="status")
+    log_in(page, "oscar")
+    page.goto("/alerts/")
+    row = page.locator(f"#rule-{rule.pk}")
+    row.get_by_role("link", name="Edit").click()
+    form = page.locator(f"#rule-edit-form-{rule.pk}")
+    form.wait_for()
+    assert page.url.endswith("/alerts/")  # swapped into the page, not a navigation
+    assert form.locator("#id_group_pattern").input_value() == "billing-*"
+
+    form.locator("#id_name").fill("taken")  # another rule's name
+    form.get_by_role("button", name="Save").click()
+    error = page.locator(f"#rule-edit-form-{rule.pk} .errorlist")
+    error.wait_for()  # the form again, with the server's error
+    assert "already exists" in error.inner_text()
+    form.locator("#id_name").fill("edited in place")
+
+    form.locator("#id_for_s").fill("90")
+    form.locator("#id_threshold").fill("45")
+    form.get_by_role("button", name="Save").click()
+    saved = page.locator(f"#rule-{rule.pk} .rule-saved")
+    saved.wait_for()
+    assert "(N = 45)" in row.inner_text() and "90 s" in row.inner_text()
+    rule.refresh_from_db()
+    assert (rule.threshold, rule.for_s) == (45, 90)
+
+    row.get_by_role("link", name="Edit").click()
+    form.wait_for()
+    form.get_by_role("link", name="Cancel").click()
+    page.locator(f"#rule-{rule.pk}.rule-row").wait_for()
+    assert page.locator(f"#rule-edit-form-{rule.pk}").count() == 0
