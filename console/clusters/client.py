@@ -10,6 +10,7 @@ every write through this client drops the cache.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -466,6 +467,15 @@ class ClusterClient:
                     raise Unavailable(f"connecting the admin client: {exc}") from exc
             return self._log_dirs_admin
 
+    def _drop_kafka_python_admin(self) -> None:
+        """After a failed call: kafka-python keeps the controller id it first found, so once the controller's
+        broker is gone only a new client finds the new controller."""
+        with self._lock:
+            admin, self._log_dirs_admin = self._log_dirs_admin, None
+        if admin is not None:
+            with contextlib.suppress(Exception):
+                admin.close()
+
     def replica_sizes(self, topics: list[str] | None = None) -> dict[tuple[int, str, int], int]:
         """Bytes of each replica: {(broker, topic, partition): size}, from every broker's DescribeLogDirs."""
         try:
@@ -473,6 +483,7 @@ class ClusterClient:
         except ConsoleError:
             raise
         except Exception as exc:
+            self._drop_kafka_python_admin()
             raise Unavailable(f"describing log dirs: {exc}") from exc
         sizes: dict[tuple[int, str, int], int] = {}
         for answer in answers:
@@ -495,6 +506,7 @@ class ClusterClient:
         except ConsoleError:
             raise
         except Exception as exc:
+            self._drop_kafka_python_admin()
             raise Unavailable(f"describing log dirs: {exc}") from exc
         per_broker: dict[int, dict] = {}
         per_partition: dict[tuple[str, int], int] = {}
@@ -526,6 +538,7 @@ class ClusterClient:
         except ConsoleError:
             raise
         except Exception as exc:
+            self._drop_kafka_python_admin()
             raise Unavailable(f"reassigning partitions: {exc}") from exc
         self.invalidate()
         return {
@@ -545,6 +558,7 @@ class ClusterClient:
         except ConsoleError:
             raise
         except Exception as exc:
+            self._drop_kafka_python_admin()
             raise Unavailable(f"listing reassignments: {exc}") from exc
         return {(tp.topic, tp.partition): value for tp, value in answers.items()}
 
@@ -563,6 +577,7 @@ class ClusterClient:
         except ConsoleError:
             raise
         except Exception as exc:
+            self._drop_kafka_python_admin()
             raise Unavailable(f"electing leaders: {exc}") from exc
         from kafka.errors import for_code
 

@@ -98,6 +98,8 @@ def propose(cluster: Cluster, kind: str, request: dict[str, Any]) -> dict[str, A
                     f"{t}-{p}" for t, p in sorted(scope) if len(assignment[(t, p)]) > eligible
                 ]
                 scope = [tp for tp in scope if len(assignment[tp]) <= eligible]
+            else:
+                _check_room_to_decommission(broker, scope, assignment, racks)
             targets = planning.plan(assignment, racks, sizes, scope=scope, exclude=[broker])
             params["broker"] = broker
     except planning.PlanError as exc:
@@ -105,6 +107,26 @@ def propose(cluster: Cluster, kind: str, request: dict[str, Any]) -> dict[str, A
     params["plan"] = planning.to_json(targets)
     params["summary"] = planning.summary(targets, assignment, sizes)
     return params
+
+
+def _check_room_to_decommission(
+    broker: int, scope: list[tuple[str, int]], assignment: dict, racks: dict[int, str | None]
+) -> None:
+    """A decommission never lowers a replication factor: every partition on the broker needs as many other
+    live brokers as it has replicas. Refused up front, naming the topics, rather than failing half-way."""
+    others = len(set(racks) - {broker})
+    too_wide: dict[str, int] = {}
+    for topic, partition in scope:
+        rf = len(assignment[(topic, partition)])
+        if rf > others:
+            too_wide[topic] = max(rf, too_wide.get(topic, 0))
+    if too_wide:
+        listing = ", ".join(f"{t} (replication factor {rf})" for t, rf in sorted(too_wide.items()))
+        raise Invalid(
+            f"broker {broker} cannot be decommissioned: {listing} would need more than the "
+            f"{others} other live brokers; add a broker first or lower the replication factor",
+            field="broker",
+        )
 
 
 def _election(client: ClusterClient, request: dict) -> dict[str, Any]:

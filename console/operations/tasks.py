@@ -198,6 +198,8 @@ def _move_replicas(operation: Operation) -> dict:
     if params.get("throttle_bytes_per_s") and not operation.has_step("throttle removed"):
         _remove_throttle(client, operation)
         operation.record_step("throttle removed", progress=97)
+    if operation.kind == Kind.DECOMMISSION and not operation.has_step("stopping"):
+        _move_late_replicas(client, operation)
     if operation.kind == Kind.DECOMMISSION:
         _stop_broker(client, operation)
     return {
@@ -222,6 +224,42 @@ def _verify(client: ClusterClient, operation: Operation, targets: dict) -> None:
             raise runner.OperationFailed(f"after the reassignment {listing}")
         operation.heartbeat()
         time.sleep(POLL_INTERVAL_S)
+
+
+def _move_late_replicas(client: ClusterClient, operation: Operation) -> None:
+    """Replicas that reached the leaving broker after the plan was made (a topic created meanwhile, such as the
+    console's audit topic) move too, unthrottled, before the broker stops: a decommission leaves nothing behind.
+    Resumable: a move already in Kafka is waited for, not submitted again."""
+    broker = operation.params["broker"]
+    for _ in range(3):  # topics keep being created only in a pathological cluster
+        assignment, racks, sizes = proposals.cluster_state(client)
+        scope = sorted(tp for tp, replicas in assignment.items() if broker in replicas)
+        if not scope:
+            return
+        if not client.ongoing_reassignments(scope):
+            try:
+                targets = planning.plan(assignment, racks, sizes, scope=scope, exclude=[broker])
+            except planning.PlanError as exc:
+                raise runner.OperationFailed(
+                    f"broker {broker} received replicas after the plan that cannot move: {exc}"
+                ) from exc
+            refused = client.reassign(targets)
+            if refused:
+                listing = ", ".join(f"{t}-{p}: {e}" for (t, p), e in sorted(refused.items()))
+                raise runner.OperationFailed(f"Kafka refused to move the late replicas of {listing}")
+            listing = ", ".join(f"{t}-{p}" for t, p in scope)
+            operation.record_step(
+                "late replicas", f"moving {listing}, created on broker {broker} after the plan"
+            )
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while client.ongoing_reassignments(scope) or (  # done in Kafka, then shown in metadata
+            time.monotonic() < deadline
+            and any(broker in p.replicas for p in client.metadata(max_age_s=0).partitions()
+                    if (p.topic, p.partition) in scope)
+        ):  # fmt: skip
+            operation.heartbeat()
+            time.sleep(POLL_INTERVAL_S)
+    raise runner.OperationFailed(f"broker {broker} keeps receiving new replicas; it was not stopped")
 
 
 def _stop_broker(client: ClusterClient, operation: Operation) -> None:

@@ -125,6 +125,14 @@ def test_bad_proposals_are_refused_with_the_reason(managed, api):
         .status_code
         == 403
     )
+    # A decommission never lowers a replication factor: with three replicas on three brokers, nowhere to go.
+    wide = managed.create_topic(f"w-{uuid.uuid4().hex[:6]}", [[0, 1, 2]])
+    response = api("alice").post("/api/v1/operations/", {"cluster": c, "kind": "decommission", "broker": 2})
+    assert response.status_code == 400, response.content
+    message = str(response.json()["broker"])
+    assert f"broker 2 cannot be decommissioned: {wide} (replication factor 3)" in message, message
+    assert "2 other live brokers; add a broker first" in message, message
+    assert not Operation.objects.exists()
 
 
 def test_decommission_empties_stops_and_deregisters_a_broker(managed, api):
