@@ -3,66 +3,22 @@
 The handlers in `broker_runtime/handlers/groups.py` translate each wire version of a request into these and
 back; the shard never sees wire versions, and the wire layer never sees group state.
 
-`Reply` is the shard's sans-I/O promise: a request whose answer depends on other members (JoinGroup, a follower's
-SyncGroup) or on an append to `__consumer_offsets` (OffsetCommit, the leader's SyncGroup) gets a Reply that is
-completed later, by another request, a timer, or the append's completion. The asyncio runtime turns it into a
-future; unit tests just read it.
+`Reply` (`broker_runtime/coordinator/shard.py`) is the shard's sans-I/O promise: a request whose answer depends
+on other members (JoinGroup, a follower's SyncGroup) or on an append to `__consumer_offsets` (OffsetCommit, the
+leader's SyncGroup) gets a Reply that is completed later, by another request, a timer, or the append's
+completion. The asyncio runtime turns it into a future; unit tests just read it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-T = TypeVar("T")
+from broker_runtime.coordinator.shard import Reply  # noqa: F401  (the shard API hands out Replies)
 
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
-
-
-class Reply(Generic[T]):
-    """A response that is produced once, now or later. Completing twice keeps the first value."""
-
-    __slots__ = ("_callbacks", "_done", "_value")
-
-    def __init__(self) -> None:
-        self._done = False
-        self._value: T | None = None
-        self._callbacks: list[Callable[[T], None]] = []
-
-    @classmethod
-    def of(cls, value: T) -> Reply[T]:
-        reply: Reply[T] = cls()
-        reply.complete(value)
-        return reply
-
-    @property
-    def done(self) -> bool:
-        return self._done
-
-    def result(self) -> T:
-        if not self._done:
-            raise RuntimeError("reply is not complete yet")
-        return self._value  # type: ignore[return-value]
-
-    def complete(self, value: T) -> bool:
-        if self._done:
-            return False
-        self._done = True
-        self._value = value
-        callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
-            callback(value)
-        return True
-
-    def add_done_callback(self, callback: Callable[[T], None]) -> None:
-        if self._done:
-            callback(self._value)  # type: ignore[arg-type]
-        else:
-            self._callbacks.append(callback)
 
 
 @dataclass(frozen=True, slots=True)

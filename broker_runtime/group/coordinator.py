@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.coordinator.shard import Append, Record
+from broker_runtime.coordinator.timers import Timer, TimerQueue
 from broker_runtime.group.api import (
     UNKNOWN_MEMBER_ID,
     FetchedOffset,
@@ -80,7 +82,6 @@ from broker_runtime.group.records import (
     encode_offset_commit_value,
 )
 from broker_runtime.group.state import GroupState
-from broker_runtime.group.timers import Timer, TimerQueue
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,6 @@ log = logging.getLogger(__name__)
 # disconnected it would linger, so its JoinGroup expires after this long (Kafka's NewMemberJoinTimeoutMs).
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 INT32_MAX = 2**31 - 1
-
-Record = tuple[bytes, bytes | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,15 +126,6 @@ class OffsetEntry:
     commit_timestamp: int
     expire_timestamp: int
     record_offset: int
-
-
-@dataclass(slots=True)
-class Append:
-    """Records the driver must append to this shard's partition, then replay, then report back."""
-
-    records: list[Record]
-    on_done: Callable[[ErrorCode | None], None] | None = None
-    timestamp_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,9 @@ def _violations(package: str, forbidden: tuple[str, ...]) -> list[str]:
         ("broker_runtime/controller", ("broker_runtime.broker", "broker_runtime.log", "broker_runtime.replication",
                                        "broker_runtime.group", "broker_runtime.server", "broker_runtime.handlers")),
         ("broker_runtime/cluster", ("broker_runtime.server", "broker_runtime.handlers")),
+        # The coordinator runtime is shared by the group and transaction coordinators and knows neither.
+        ("broker_runtime/coordinator", ("broker_runtime.group", "broker_runtime.txn", "broker_runtime.handlers",
+                                        "broker_runtime.server")),
         # the console reaches clusters only through Kafka clients and kazoo, never the broker's code
         ("console", ("broker_runtime",)),
         # the jobs reach a cluster over the Kafka protocol only, and never need the console

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_runtime.group.runtime import iter_key_values
+from broker_runtime.coordinator.runtime import iter_key_values
 from broker_runtime.protocol.compression import CODEC_GZIP, CODEC_NONE
 from broker_runtime.protocol.records import build_batch, decode_records, read_header
 

@@ -5,7 +5,6 @@ batches, no sockets); the real broker is exercised by tests/integration/test_gro
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -29,128 +28,29 @@ from broker_runtime.group.records import (
     partition_for,
 )
 from broker_runtime.group.runtime import GroupCoordinatorRuntime
-from broker_runtime.protocol.records import build_batch, decode_records, iter_headers, read_header, stamp
+from broker_runtime.protocol.records import build_batch, decode_records, iter_headers
+from tests.unit.coordinator.fake_broker import FakeBroker, FakePartition, until
 
 E = ErrorCode
 PARTITIONS = 3
 
 
-class MemoryLog:
-    def __init__(self) -> None:
-        self.batches: list[bytearray] = []
-        self.log_start_offset = 0
-        self.log_end_offset = 0
-
-    def append(self, batch: bytearray) -> int:
-        header = read_header(batch)
-        base = self.log_end_offset
-        stamp(batch, 0, base, 0)
-        self.batches.append(batch)
-        self.log_end_offset = base + header.last_offset_delta + 1
-        return base
-
-    def read(self, start: int, max_bytes: int, max_offset: int, min_one_batch: bool) -> bytes:
-        out = bytearray()
-        for batch in self.batches:
-            header = read_header(batch)
-            if header.next_offset <= start or header.base_offset >= max_offset:
-                continue
-            if out and len(out) + len(batch) > max_bytes:
-                break
-            out += batch
-        return bytes(out)
-
-
-@dataclass
-class FakePartition:
-    log: MemoryLog = field(default_factory=MemoryLog)
-    held_high_watermark: int | None = None  # None: every append is committed at once (a lone replica)
-    waiters: list[asyncio.Future] = field(default_factory=list)
-
-    @property
-    def high_watermark(self) -> int:
-        return self.log.log_end_offset if self.held_high_watermark is None else self.held_high_watermark
-
-    def commit_to(self, offset: int | None) -> None:
-        self.held_high_watermark = offset
-        for waiter in self.waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-
-@dataclass
-class AppendResult:
-    base_offset: int
-
-
-class FakeReplicaManager:
-    def __init__(self) -> None:
-        self.partitions: dict[int, FakePartition] = {}
-        self.listeners = []
-        self.fail_with: ErrorCode | None = None
-        self.gate: asyncio.Event | None = None  # when set, appends wait for it
-        self.appended_batches = 0
-
-    def add_leadership_listener(self, fn) -> None:
-        self.listeners.append(fn)
-
-    def lead(self, index: int, is_leader: bool = True, epoch: int = 0) -> None:
-        self.partitions.setdefault(index, FakePartition())
-        for fn in self.listeners:
-            fn(OFFSETS_TOPIC, index, is_leader, epoch)
-
-    def get_partition(self, topic: str, index: int):
-        return self.partitions.get(index) if topic == OFFSETS_TOPIC else None
-
-    async def append(self, topic, index, batch, header, *, acks, timeout_ms):
-        assert (topic, acks) == (OFFSETS_TOPIC, -1)
-        if self.gate is not None:
-            await self.gate.wait()
-        if self.fail_with is not None:
-            raise KafkaError(self.fail_with)
-        self.appended_batches += 1
-        partition = self.partitions[index]
-        base = partition.log.append(batch)
-        if partition.high_watermark < partition.log.log_end_offset:
-            raise KafkaError(E.request_timed_out)  # written here, not (yet) by the ISR
-        return AppendResult(base)
-
-    async def wait_for_data(self, partitions, timeout_ms) -> None:
-        future = asyncio.get_running_loop().create_future()
-        for p in partitions:
-            p.waiters.append(future)
-        await asyncio.wait([future], timeout=timeout_ms / 1000)
-
-
-class FakeMetadata:
-    def __init__(self) -> None:
-        self.topic = type("Topic", (), {"partitions": dict.fromkeys(range(PARTITIONS))})()
-
-    def topics(self):
-        return {OFFSETS_TOPIC: self.topic}
-
-    def brokers(self):
-        return [object()]
-
-
-class FakeBroker:
-    def __init__(self, clock: Clock) -> None:
-        self.clock = clock
-        self.config = {
-            "group.min.session.timeout.ms": 10,
-            "group.max.session.timeout.ms": 60_000,
-            "group.max.size": 100,
-            "group.initial.rebalance.delay.ms": 0,
-            "offset.metadata.max.bytes": 4096,
-            "offsets.retention.minutes": 10080,
-            "offsets.retention.check.interval.ms": 600_000,
-            "offsets.load.buffer.size": 300,  # tiny: the load reads many chunks
-            "offsets.commit.timeout.ms": 5000,
-            "offsets.topic.compression.codec": 0,
-        }
-        self.replica_manager = FakeReplicaManager()
-        self.metadata = FakeMetadata()
-        self.member = None  # standalone
+def broker_config() -> dict:
+    return {
+        "group.min.session.timeout.ms": 10,
+        "group.max.session.timeout.ms": 60_000,
+        "group.max.size": 100,
+        "group.initial.rebalance.delay.ms": 0,
+        "offset.metadata.max.bytes": 4096,
+        "offsets.retention.minutes": 10080,
+        "offsets.retention.check.interval.ms": 600_000,
+        "offsets.load.buffer.size": 300,  # tiny: the load reads many chunks
+        "offsets.commit.timeout.ms": 5000,
+        "offsets.topic.compression.codec": 0,
+        "offsets.topic.num.partitions": PARTITIONS,
+        "offsets.topic.replication.factor": 1,
+        "offsets.topic.segment.bytes": 1 << 20,
+    }
 
 
 def group_on(partition: int) -> str:
@@ -166,18 +66,10 @@ def run(coro):
 
 
 async def started(clock: Clock | None = None) -> tuple[FakeBroker, GroupCoordinatorRuntime]:
-    broker = FakeBroker(clock or Clock())
+    broker = FakeBroker(clock or Clock(), OFFSETS_TOPIC, PARTITIONS, broker_config())
     runtime = GroupCoordinatorRuntime(broker)
     runtime.start()
     return broker, runtime
-
-
-async def until(condition, what: str) -> None:
-    for _ in range(2000):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"no {what}")
 
 
 def test_a_partition_loads_from_its_log_and_serves_only_when_loaded() -> None:

@@ -1,4 +1,4 @@
-"""Timers as data: a keyed deadline queue the coordinator shard owns and its driver polls.
+"""Timers as data: a keyed deadline queue a coordinator shard owns and its runtime polls.
 
 A timer is a key (a tuple naming what it is for, e.g. ("heartbeat", group_id, member_id)), a deadline on the
 monotonic clock and an optional payload. Scheduling a key that is already scheduled replaces it, which is how a
