@@ -57,10 +57,10 @@ from broker_runtime.replication.quota import ReplicationQuota
 from broker_runtime.replication.replica_manager import ReplicaManager
 from broker_runtime.server.dispatch import Dispatcher
 from broker_runtime.server.listener import Listener
+from broker_runtime.txn.producer_ids import ProducerIdManager
 
 log = logging.getLogger(__name__)
 
-PRODUCER_ID_BLOCK = 1000
 T = TypeVar("T")
 TOPIC_CODECS = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -128,7 +128,9 @@ class Broker:
         self._listener: Listener | None = None
         self._housekeeping: list[asyncio.Task] = []
         self.log_cleaner: LogCleaner | None = None
-        self._producer_ids = iter(())
+        self.producer_ids = ProducerIdManager(
+            lambda size: self._detached(self.metadata.allocate_producer_id_block(size))
+        )
         self.group_coordinator = None
         self._produce_policies: dict[str, ProducePolicy] = {}
         self._log_configs: dict[str, LogConfig] = {}
@@ -771,11 +773,7 @@ class Broker:
     # --- producer ids -------------------------------------------------------------------------------------
 
     async def next_producer_id(self) -> int:
-        for pid in self._producer_ids:
-            return pid
-        start = await self._detached(self.metadata.allocate_producer_id_block(PRODUCER_ID_BLOCK))
-        self._producer_ids = iter(range(start + 1, start + PRODUCER_ID_BLOCK))
-        return start
+        return await self.producer_ids.next()
 
 
 def _warn_without_effect(what: str, keys: Iterable[str], defs: Mapping[str, ConfigDef]) -> None:
