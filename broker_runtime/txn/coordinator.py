@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.coordinator.shard import Append, Reply
+from broker_runtime.coordinator.timers import Timer, TimerQueue
 from broker_runtime.errors import KafkaError
-from broker_runtime.group.api import Reply
-from broker_runtime.group.timers import Timer, TimerQueue
 from broker_runtime.txn.records import (
     RecordFormatError,
     TransactionKey,
@@ -62,7 +62,6 @@ EPOCH_EXHAUSTED = SHORT_MAX - 1
 # A completion record that could not be written (no ISR, a timeout) is tried again after this long.
 COMPLETION_RETRY_MS = 100
 
-Record = tuple[bytes, bytes | None]
 TopicPartition = tuple[str, int]
 
 # Timer kinds (first element of a timer key).
@@ -88,15 +87,6 @@ class TransactionCoordinatorConfig:
             abort_timed_out_interval_ms=config["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
             remove_expired_interval_ms=config["transaction.remove.expired.transaction.cleanup.interval.ms"],
         )
-
-
-@dataclass(slots=True)
-class Append:
-    """Records the driver must append to this shard's partition, then replay, then report back."""
-
-    records: list[Record]
-    on_done: Callable[[ErrorCode | None], None] | None = None
-    timestamp_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
