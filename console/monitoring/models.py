@@ -1,6 +1,7 @@
-"""What the lag sampler keeps (a bounded window of offsets per round) and the alerting records: rules, alerts
-(one row per rule and subject while it is pending, firing or silenced; resolved rows are the history), silences
-(a maintenance window is a silence that starts later) and the notifications sent."""
+"""What the lag sampler keeps (a bounded window of offsets and of the brokers' topic counters, per round) and the
+alerting records: rules, alerts (one row per rule and subject while it is pending, firing or silenced; resolved
+rows are the history), silences (a maintenance window is a silence that starts later) and the notifications
+sent."""
 
 from __future__ import annotations
 
@@ -59,6 +60,23 @@ class TopicSample(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["cluster", "topic", "round_ms"], name="topic_sample_by_topic")]
+
+
+class BrokerTopicCounters(models.Model):
+    """One broker's per-topic counters in one sampling round, as its Prometheus endpoint (Odradek's
+    `odradek.metrics.listener`) served them: the topic's bytes and messages in and bytes out since the broker
+    started. Rates come from consecutive rounds of the same broker (a broker restart resets them)."""
+
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="+")
+    round_ms = models.BigIntegerField()
+    broker_id = models.IntegerField()
+    topic = models.CharField(max_length=255)
+    bytes_in = models.BigIntegerField()
+    bytes_out = models.BigIntegerField()
+    messages_in = models.BigIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["cluster", "topic", "round_ms"], name="counters_by_topic")]
 
 
 class Condition(models.TextChoices):

@@ -6,7 +6,8 @@ in the format of docs/contracts.md (jobs.lag_samples.LagSample).
 A round costs a bounded number of round trips, whatever the number of groups: one ListGroups, the groups'
 OffsetFetch requests all in flight at once, DescribeGroups for the groups that have members (who owns each
 partition: kafka-lag-exporter's member labels), and two ListOffsets (read_uncommitted and read_committed)
-batched per leader by the client."""
+batched per leader by the client. Brokers that serve Prometheus metrics (Odradek's `odradek.metrics.listener`)
+also give their per-topic byte counters (broker_metrics.py), for the topic charts' bytes in and out."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from django.db import transaction
 
 from console.clusters.client import client_for
 from console.errors import Conflict, ConsoleError
-from console.monitoring.models import OffsetSample, SamplerConfig, TopicSample
+from console.monitoring.broker_metrics import scrape_brokers
+from console.monitoring.models import BrokerTopicCounters, OffsetSample, SamplerConfig, TopicSample
 from jobs.lag_samples import LAG_SAMPLES_TOPIC, TOPIC_CONFIGS, LagSample
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,7 @@ def sample_cluster(cluster, now_ms: int, *, publish: bool = True) -> RoundResult
         sizes = client.log_dir_sizes()[1]
     except ConsoleError:  # a cluster without DescribeLogDirs: no byte rates
         sizes = {}
+    counters = scrape_brokers(client, metadata.brokers)
     state = {g.group_id: g.state for g in groups}
     owners = partition_owners(client, [g for g in ids if state[g] not in MEMBERLESS_STATES])
     samples = [
@@ -107,9 +110,26 @@ def sample_cluster(cluster, now_ms: int, *, publish: bool = True) -> RoundResult
             ],
             batch_size=2000,
         )
+        BrokerTopicCounters.objects.bulk_create(
+            [
+                BrokerTopicCounters(
+                    cluster=cluster,
+                    round_ms=now_ms,
+                    broker_id=broker_id,
+                    topic=topic,
+                    bytes_in=c.bytes_in,
+                    bytes_out=c.bytes_out,
+                    messages_in=c.messages_in,
+                )
+                for broker_id, topics in counters.items()
+                for topic, c in topics.items()
+            ],
+            batch_size=2000,
+        )
         cutoff = now_ms - settings.CONSOLE_LAG_RETENTION_S * 1000
         OffsetSample.objects.filter(cluster=cluster, round_ms__lt=cutoff).delete()
         TopicSample.objects.filter(cluster=cluster, round_ms__lt=cutoff).delete()
+        BrokerTopicCounters.objects.filter(cluster=cluster, round_ms__lt=cutoff).delete()
         config, _ = SamplerConfig.objects.get_or_create(cluster=cluster)
         config.last_round_ms = now_ms
         config.last_error = ""

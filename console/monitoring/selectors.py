@@ -16,7 +16,7 @@ from console.monitoring.lag import (
     offset_lag,
     partition_status,
 )
-from console.monitoring.models import OffsetSample, TopicSample
+from console.monitoring.models import BrokerTopicCounters, OffsetSample, TopicSample
 
 #: Burrow's window: the number of rounds a partition's status is evaluated over
 STATUS_WINDOW = 10
@@ -151,8 +151,9 @@ def group_lag_history(cluster, group: str) -> dict:
 
 
 def topic_throughput(cluster, topic: str) -> dict:
-    """Per round: messages in (end offset growth), bytes in (size growth, where the cluster reports sizes)
-    and messages out (committed offset growth summed over groups), as rates per second."""
+    """Per round: messages in (end offset growth), messages out (committed offset growth summed over groups),
+    and bytes in and out from the brokers' counters (where brokers serve metrics; bytes in otherwise from the
+    log size's growth, where the cluster reports sizes), as rates per second."""
     by_round_end: dict[int, int] = defaultdict(int)
     by_round_size: dict[int, int] = defaultdict(int)
     for r, e, size in (
@@ -167,11 +168,33 @@ def topic_throughput(cluster, topic: str) -> dict:
         cluster=cluster, topic=topic, committed__isnull=False
     ).values_list("round_ms", "committed"):
         by_round_committed[r] += c
+    counters = list(
+        BrokerTopicCounters.objects.filter(cluster=cluster, topic=topic)
+        .order_by("round_ms")
+        .values_list("broker_id", "round_ms", "bytes_in", "bytes_out")
+    )
     return {
         "messages_in": _rates(by_round_end),
-        "bytes_in": _rates(by_round_size),
+        "bytes_in": _counter_rates([(b, r, i) for b, r, i, _ in counters])
+        if counters
+        else _rates(by_round_size),
+        "bytes_out": _counter_rates([(b, r, o) for b, r, _, o in counters]),
         "messages_out": _rates(by_round_committed),
     }
+
+
+def _counter_rates(rows: list[tuple[int, int, int]]) -> list[tuple[int, float]]:
+    """Per round, the summed rate of per-broker counters [(broker, round_ms, value)]: each broker's growth since
+    its previous round (after a restart, a smaller value counts from zero, as Prometheus's rate() does)."""
+    per_broker: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for broker, r, value in rows:
+        per_broker[broker].append((r, value))
+    summed: dict[int, float] = defaultdict(float)
+    for points in per_broker.values():
+        for (t0, v0), (t1, v1) in itertools.pairwise(points):
+            if t1 > t0:
+                summed[t1] += (v1 - v0 if v1 >= v0 else v1) / ((t1 - t0) / 1000)
+    return sorted(summed.items())
 
 
 def _rates(counter: dict[int, int]) -> list[tuple[int, float]]:

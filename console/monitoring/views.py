@@ -18,7 +18,7 @@ from console.access import Role, check_role
 from console.clusters.models import Cluster
 from console.monitoring import actions
 from console.monitoring.charts import Chart
-from console.monitoring.models import Alert, AlertRule, AlertState, Notification, Silence
+from console.monitoring.models import Alert, AlertRule, AlertState, BrokerTopicCounters, Notification, Silence
 from console.monitoring.selectors import group_lag_history, lag_now, topic_throughput
 from console.web import page, run_action
 
@@ -209,7 +209,12 @@ def _topic_charts(cluster: Cluster, topic: str) -> dict[str, Chart]:
             "Messages per second",
             chart_id="chart-topic-messages",
         ),
-        "bytes": Chart({"in": rates["bytes_in"]}, "Bytes in per second", chart_id="chart-topic-bytes"),
+        "bytes": Chart(
+            {"in": rates["bytes_in"], "out": rates["bytes_out"]},
+            "Bytes per second",
+            unit="B",
+            chart_id="chart-topic-bytes",
+        ),
     }
 
 
@@ -225,7 +230,12 @@ def group_lag(request, cluster, group_id):
 
 @page("monitoring/_topic_rates.html")
 def topic_rates(request, cluster, topic):
-    return {"charts": {name: c.svg() for name, c in _topic_charts(cluster, topic).items()}, "topic": topic}
+    from_metrics = BrokerTopicCounters.objects.filter(cluster=cluster, topic=topic).exists()
+    return {
+        "charts": {name: c.svg() for name, c in _topic_charts(cluster, topic).items()},
+        "topic": topic,
+        "from_broker_metrics": from_metrics,
+    }
 
 
 @page("monitoring/_open_alerts.html")

@@ -11,6 +11,7 @@ import hmac
 import http.server
 import json
 import threading
+import urllib.request
 import uuid
 
 import pytest
@@ -392,6 +393,72 @@ def test_lag_metrics_name_the_member_that_has_the_partition(client, cluster, new
     assert lags[group]["consumer_id"] == member.member_id
     assert lags[group]["member_host"] == member.host
     assert (lags[idle]["member_host"], lags[idle]["consumer_id"], lags[idle]["client_id"]) == ("unknown",) * 3
+
+
+def test_topic_bytes_in_and_out_come_from_the_brokers_metrics(
+    client, personas, broker_factory, cluster, topic_name
+):
+    """A broker serving metrics: each round stores its per-topic counters, and the topic's charts show bytes in
+    and out per second from them. The shared broker serves none: its topic page says where bytes out come from."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from console.clusters.models import Cluster
+    from console.monitoring.models import BrokerTopicCounters
+    from console.monitoring.selectors import topic_throughput
+    from tests.conftest import free_port
+
+    port = free_port()
+    broker = broker_factory(overrides={"odradek.metrics.listener": f"http://0.0.0.0:{port}"})
+    metered = Cluster.objects.create(name="metered", bootstrap_servers=broker.bootstrap)
+    admin = client_for(metered)
+    admin.create_topic(topic_name, 1, 1, {}, validate_only=False)
+    wait_for(lambda: topic_name in admin.metadata(max_age_s=0).topics, what="the topic in metadata")
+    produce(metered, topic_name, 20)
+    sample_cluster(metered, T0, publish=False)
+    produce(metered, topic_name, 10)
+    reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}"})
+    try:
+        reader.assign([TopicPartition(topic_name, 0, 0)])
+        read = 0
+        while read < 30:
+            msg = wait_for(lambda: reader.poll(0.2), timeout=20, what="a record")
+            assert msg.error() is None, msg.error()
+            read += 1
+    finally:
+        reader.close()
+    sample_cluster(metered, T0 + STEP, publish=False)
+
+    first, second = (
+        BrokerTopicCounters.objects.get(cluster=metered, topic=topic_name, round_ms=r)
+        for r in (T0, T0 + STEP)
+    )
+    assert first.broker_id == second.broker_id == 0
+    assert (first.messages_in, second.messages_in) == (20, 30)
+    assert first.bytes_out == 0 and second.bytes_out >= second.bytes_in > first.bytes_in > 0
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        scraped = {
+            s.name: s.value
+            for family in text_string_to_metric_families(response.read().decode())
+            for s in family.samples
+            if s.labels.get("topic") == topic_name
+        }
+    assert scraped["kafka_server_brokertopicmetrics_bytesout_total"] == second.bytes_out  # nobody read since
+
+    rates = topic_throughput(metered, topic_name)
+    assert rates["bytes_out"] == [(T0 + STEP, (second.bytes_out - first.bytes_out) / 30)]
+    assert rates["bytes_in"] == [(T0 + STEP, (second.bytes_in - first.bytes_in) / 30)]
+    client.force_login(personas["victor"])
+    fragment = client.get(f"/clusters/{metered.pk}/rates/{topic_name}/").content.decode()
+    chart = fragment[fragment.index('id="chart-topic-bytes"') :]
+    chart = chart[: chart.index("</svg>")]
+    assert 'data-series="in"' in chart and 'data-series="out"' in chart
+    assert 'id="bytes-out-source"' not in fragment
+    shared_topic = f"{topic_name}-shared"
+    client_for(cluster).create_topic(shared_topic, 1, 1, {}, validate_only=False)
+    assert (
+        'id="bytes-out-source"'
+        in client.get(f"/clusters/{cluster.pk}/rates/{shared_topic}/").content.decode()
+    )
 
 
 def test_rules_through_the_api_are_audited_and_checked(api, cluster):
