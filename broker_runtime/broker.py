@@ -58,6 +58,7 @@ from broker_runtime.replication.replica_manager import ReplicaManager
 from broker_runtime.server.dispatch import Dispatcher
 from broker_runtime.server.listener import Listener
 from broker_runtime.txn.producer_ids import ProducerIdManager
+from broker_runtime.txn.runtime import TransactionCoordinatorRuntime
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,8 @@ class Broker:
         self.producer_ids = ProducerIdManager(
             lambda size: self._detached(self.metadata.allocate_producer_id_block(size))
         )
-        self.group_coordinator = None
+        self.group_coordinator: GroupCoordinatorRuntime | None = None
+        self.txn_coordinator: TransactionCoordinatorRuntime | None = None
         self._produce_policies: dict[str, ProducePolicy] = {}
         self._log_configs: dict[str, LogConfig] = {}
         # Produce validation that must decompress (bounded, GIL released) runs here, off the event loop.
@@ -342,11 +344,16 @@ class Broker:
             self.halted.set()
 
     def _start_coordinators(self) -> None:
-        """Group coordination arrives with the group package; see broker_runtime/group/runtime.py."""
+        """The group coordinator (broker_runtime/group/runtime.py) and the transaction coordinator
+        (broker_runtime/txn/runtime.py), each on the partitions of its internal topic this broker leads."""
         self.group_coordinator = GroupCoordinatorRuntime(self)
         self.group_coordinator.start()
+        self.txn_coordinator = TransactionCoordinatorRuntime(self)
+        self.txn_coordinator.start()
 
     async def _stop_coordinators(self) -> None:
+        if self.txn_coordinator is not None:
+            await self.txn_coordinator.stop()
         if self.group_coordinator is not None:
             await self.group_coordinator.stop()
 

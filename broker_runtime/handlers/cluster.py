@@ -1,4 +1,4 @@
-"""DescribeCluster, DescribeLogDirs and InitProducerId."""
+"""DescribeCluster and DescribeLogDirs."""
 
 from __future__ import annotations
 
@@ -92,18 +92,3 @@ def _disk_space(log_dir: str) -> tuple[int, int]:
     except OSError:
         return -1, -1
     return usage.total, usage.free
-
-
-async def handle_init_producer_id(ctx: RequestContext, request) -> object:
-    """Idempotent producers get a fresh id at epoch 0, as Kafka does whenever there is no transactional id."""
-    types = ctx.response_types()
-    if request.transactional_id is not None:
-        # Transactions arrive with the transaction coordinator; until then say so with Kafka's closest error.
-        return make(
-            types.InitProducerIdResponse, throttle_time=_ZERO, error_code=ErrorCode.coordinator_not_available,
-            producer_id=-1, producer_epoch=-1,
-        )  # fmt: skip
-    return make(
-        types.InitProducerIdResponse, throttle_time=_ZERO, error_code=ErrorCode.none,
-        producer_id=await ctx.broker.next_producer_id(), producer_epoch=0,
-    )  # fmt: skip

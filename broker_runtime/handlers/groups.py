@@ -92,8 +92,9 @@ def _coordinator_for(ctx: RequestContext, key_type: int, key: str) -> tuple[Erro
             return ErrorCode.coordinator_not_available, -1, "", -1  # being created: the client retries
         topic_name = OFFSETS_TOPIC
     elif key_type == TRANSACTION_KEY_TYPE:
-        # Transactions route by the same hash over __transaction_state; until its coordinator creates the
-        # topic there is nothing to find.
+        txn_runtime = getattr(broker, "txn_coordinator", None)
+        if txn_runtime is None or not txn_runtime.ensure_topic():
+            return ErrorCode.coordinator_not_available, -1, "", -1  # being created: the client retries
         topic_name = TRANSACTION_STATE_TOPIC
     elif key_type == SHARE_KEY_TYPE and ctx.api_version >= SHARE_KEY_TYPE_SINCE:
         # Share groups (KIP-932) are not built, as in Kafka 3.9: no coordinator to find.

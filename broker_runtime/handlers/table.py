@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 from broker_runtime.handlers.api_versions import handle_api_versions
-from broker_runtime.handlers.cluster import (
-    handle_describe_cluster,
-    handle_describe_log_dirs,
-    handle_init_producer_id,
-)
+from broker_runtime.handlers.cluster import handle_describe_cluster, handle_describe_log_dirs
 from broker_runtime.handlers.configs import (
     handle_alter_configs,
     handle_describe_configs,
@@ -28,6 +24,7 @@ from broker_runtime.handlers.topics import (
     handle_create_topics,
     handle_delete_topics,
 )
+from broker_runtime.handlers.transactions import TRANSACTION_API_VERSIONS, TRANSACTION_HANDLERS
 from broker_runtime.protocol.apis import CORE_API_VERSIONS, ApiKey
 
 HANDLERS = {
@@ -39,7 +36,6 @@ HANDLERS = {
     ApiKey.CREATE_TOPICS: handle_create_topics,
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.DELETE_RECORDS: handle_delete_records,
-    ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.ALTER_CONFIGS: handle_alter_configs,
@@ -50,7 +46,8 @@ HANDLERS = {
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: handle_describe_topic_partitions,
     **GROUP_HANDLERS,
     **CONTROLLER_HANDLERS,
+    **TRANSACTION_HANDLERS,
 }
-VERSIONS = {**CORE_API_VERSIONS, **GROUP_API_VERSIONS, **CONTROLLER_API_VERSIONS}
+VERSIONS = {**CORE_API_VERSIONS, **GROUP_API_VERSIONS, **CONTROLLER_API_VERSIONS, **TRANSACTION_API_VERSIONS}
 
 assert set(HANDLERS) == set(VERSIONS), "every advertised API needs a handler"

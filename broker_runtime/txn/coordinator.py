@@ -234,6 +234,9 @@ class TransactionCoordinatorShard:
         self.timers = TimerQueue()
         self._appends: list[Append] = []
         self._marker_jobs: list[MarkerJob] = []
+        # Called with each job as it is queued (the runtime's marker sender); without one, jobs wait in
+        # take_marker_jobs().
+        self.marker_listener: Callable[[MarkerJob], None] | None = None
         self._loading = True
 
     # ===================================================================================================
@@ -304,6 +307,9 @@ class TransactionCoordinatorShard:
         metadata.partitions = set(stored.partitions)
         metadata.last_update_ms = stored.last_update_ms
         metadata.start_ms = stored.start_ms
+
+    def replay_end_txn(self, producer_id: int, committed: bool, offset: int) -> None:
+        """`__transaction_state` holds no transactional records, so a marker there changes nothing."""
 
     def finish_load(self) -> None:
         """Serve from now on; transactions the log left deciding get their markers written."""
@@ -601,12 +607,14 @@ class TransactionCoordinatorShard:
         committed = metadata.state is S.PREPARE_COMMIT
         metadata.has_failed_epoch_fence = False
         metadata.prepare(S.COMPLETE_COMMIT if committed else S.COMPLETE_ABORT, now_ms=now)
-        self._marker_jobs.append(
-            MarkerJob(
-                metadata.transactional_id, self.coordinator_epoch, metadata.producer_id, metadata.producer_epoch,
-                committed, frozenset(metadata.partitions),
-            )
+        job = MarkerJob(
+            metadata.transactional_id, self.coordinator_epoch, metadata.producer_id, metadata.producer_epoch,
+            committed, frozenset(metadata.partitions),
         )  # fmt: skip
+        if self.marker_listener is not None:
+            self.marker_listener(job)
+        else:
+            self._marker_jobs.append(job)
 
     def is_current(self, job: MarkerJob) -> bool:
         """Whether the markers of `job` are still wanted: the same transaction, still waiting for them."""
