@@ -442,7 +442,7 @@ CLEANUP_POLICIES = ("delete", "compact")
 
 # Kafka features Odradek does not build, named in the errors and warnings of the settings that belong to them.
 TIERED_STORAGE = "tiered storage is not built"
-TRANSACTIONS = "transactions are not built"
+TRANSACTIONS = "partition leaders do not verify transactions with the coordinator (KIP-890)"
 
 # fmt: off
 _BROKER_DEFS: list[ConfigDef] = [
@@ -713,13 +713,7 @@ _NO_EFFECT_BROKER: dict[str, tuple[str, ...]] = {
     "a broker has one log dir per partition and never moves replicas between its log dirs": (
         "replica.alter.log.dirs.io.max.bytes.per.second", "num.replica.alter.log.dirs.threads",
     ),
-    TRANSACTIONS: (
-        "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
-        "transaction.state.log.num.partitions", "transaction.state.log.segment.bytes",
-        "transaction.state.log.load.buffer.size", "transaction.max.timeout.ms", "transactional.id.expiration.ms",
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-        "transaction.remove.expired.transaction.cleanup.interval.ms", "transaction.partition.verification.enable",
-    ),
+    TRANSACTIONS: ("transaction.partition.verification.enable",),
     "one event loop serves every connection, request and log": (
         "num.network.threads", "num.io.threads", "background.threads", "num.recovery.threads.per.data.dir",
     ),
