@@ -1,0 +1,421 @@
+"""The offsets half of a `__consumer_offsets` shard: Kafka's OffsetMetadataManager.
+
+Theory of operation
+-------------------
+- **Persisted state**: the committed offsets per group and partition (`offsets`), and the offsets that open
+  transactions committed (`pending_txn_offsets`, per producer id), changed only by `replay()` and
+  `replay_end_txn()`. Each entry remembers the offset of its record: when a transaction commits offsets older
+  than a plain commit that followed them, the newer record wins, as compaction would leave it.
+- **Handlers** (`commit_offsets`, `fetch_offsets`, `delete_offsets`) validate against the group (the groups half,
+  `group_metadata_manager.py`, which also restarts a committing member's session) and queue records through the
+  shard's `write`; `cleanup_expired_offsets` is the retention half of the shard's periodic cleanup.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from broker_runtime.coordinator.shard import Record
+from broker_runtime.group.api import (
+    UNKNOWN_MEMBER_ID,
+    FetchedOffset,
+    OffsetCommitArgs,
+    OffsetDeleteResult,
+    OffsetFetchResult,
+    PartitionError,
+    Reply,
+    TopicPartition,
+)
+from broker_runtime.group.classic_group import ClassicGroup
+from broker_runtime.group.config import GroupCoordinatorConfig
+from broker_runtime.group.group_metadata_manager import GroupMetadataManager, Write
+from broker_runtime.group.records import (
+    CONSUMER_PROTOCOL_TYPE,
+    NO_TIMESTAMP,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    RecordFormatError,
+    decode_offset_commit_value,
+    encode_offset_commit_key,
+    encode_offset_commit_value,
+)
+from broker_runtime.group.state import GroupState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetEntry:
+    """A committed offset as the log holds it; `record_offset` is where its record sits in the partition."""
+
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int
+    record_offset: int
+
+
+def offset_append_error(error: ErrorCode) -> ErrorCode:
+    """Kafka's mapping of a failed offset-commit append (GroupMetadataManager.maybeConvertOffsetCommitError)."""
+    if error is ErrorCode.network_exception:
+        return ErrorCode.coordinator_load_in_progress
+    if error in (
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.not_enough_replicas,
+        ErrorCode.not_enough_replicas_after_append,
+    ):
+        return ErrorCode.coordinator_not_available
+    if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if error in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
+        return ErrorCode.invalid_commit_offset_size
+    return error
+
+
+def _java_length(s: str) -> int:
+    """String.length() in Java (UTF-16 code units), which is what offset.metadata.max.bytes is compared with."""
+    return len(s) + sum(1 for ch in s if ord(ch) > 0xFFFF)
+
+
+class OffsetMetadataManager:
+    def __init__(
+        self,
+        partition: int,
+        config: GroupCoordinatorConfig,
+        clock,
+        group_manager: GroupMetadataManager,
+        write: Write,
+    ) -> None:
+        self.partition = partition
+        self.config = config
+        self.clock = clock
+        self.group_manager = group_manager
+        self._write_records = write
+        # --- persisted state: mutated by replay only ---
+        self.offsets: dict[str, dict[TopicPartition, OffsetEntry]] = {}
+        # producer id -> (group, partition) -> (entry or None for a tombstone) of an open transaction
+        self.pending_txn_offsets: dict[int, dict[tuple[str, TopicPartition], OffsetEntry | None]] = {}
+
+    @property
+    def groups(self) -> dict[str, ClassicGroup]:
+        return self.group_manager.groups
+
+    def _write(
+        self, records: list[Record], on_done: Callable[[ErrorCode | None], None] | None = None
+    ) -> None:
+        self._write_records(records, on_done)
+
+    # ===================================================================================================
+    # replay
+    # ===================================================================================================
+
+    def replay(
+        self, key: OffsetCommitKey, value: bytes | None, offset: int, *, producer_id: int, transactional: bool
+    ) -> None:
+        tp = TopicPartition(key.topic, key.partition)
+        if transactional:
+            self.pending_txn_offsets.setdefault(producer_id, {})[(key.group, tp)] = self._decode_offset(
+                value, offset
+            )
+            return
+        if value is None:
+            self._remove_offset(key.group, tp, offset)
+            return
+        entry = self._decode_offset(value, offset)
+        if entry is not None:
+            self._put_offset(key.group, tp, entry)
+
+    def replay_end_txn(self, producer_id: int, committed: bool, offset: int) -> None:
+        """A transaction marker: the producer's pending offsets become committed, or are dropped."""
+        pending_offsets = self.pending_txn_offsets.pop(producer_id, {})
+        if committed:
+            for (group_id, tp), entry in pending_offsets.items():
+                if entry is None:
+                    self._remove_offset(group_id, tp, offset)
+                else:
+                    self._put_offset(group_id, tp, entry)
+
+    def group_ids(self) -> set[str]:
+        """Groups with committed offsets or offsets pending in a transaction."""
+        return set(self.offsets) | {g for p in self.pending_txn_offsets.values() for g, _ in p}
+
+    def has_pending_transaction(self, group_id: str) -> bool:
+        return any(g == group_id for pending in self.pending_txn_offsets.values() for g, _ in pending)
+
+    def on_partitions_deleted(self, doomed: set[TopicPartition]) -> None:
+        """Topics were deleted: tombstone their committed offsets in every group (handleDeletedPartitions)."""
+        for group_id in list(self.offsets):
+            removed = [tp for tp in self.offsets[group_id] if tp in doomed]
+            if removed:
+                self._write(
+                    [(encode_offset_commit_key(group_id, tp.topic, tp.partition), None) for tp in removed]
+                )
+
+    def delete_all_offsets(self, group_id: str) -> list[Record]:
+        """Tombstones for every committed offset of a group being deleted."""
+        return [
+            (encode_offset_commit_key(group_id, tp.topic, tp.partition), None)
+            for tp in self.offsets.get(group_id, {})
+        ]
+
+    # ===================================================================================================
+    # expiry
+    # ===================================================================================================
+
+    def cleanup_expired_offsets(self, group: ClassicGroup, records: list[Record]) -> tuple[int, bool]:
+        """Tombstone the group's expired offsets into `records`: how many expired, and whether it keeps any
+        (committed or pending in a transaction)."""
+        committed = self.offsets.get(group.group_id, {})
+        expired = self._expired_offsets(
+            group, committed, self.clock.time_ms(), self.config.offsets_retention_ms
+        )
+        records += [
+            (encode_offset_commit_key(group.group_id, tp.topic, tp.partition), None) for tp in expired
+        ]
+        keeps = len(expired) < len(committed) or self.has_pending_transaction(group.group_id)
+        return len(expired), keeps
+
+    # ===================================================================================================
+    # OffsetCommit, OffsetFetch, OffsetDelete
+    # ===================================================================================================
+
+    def commit_offsets(self, args: OffsetCommitArgs) -> Reply[tuple[PartitionError, ...]]:
+        reply: Reply[tuple[PartitionError, ...]] = Reply()
+
+        def fail_all(error: ErrorCode) -> Reply[tuple[PartitionError, ...]]:
+            reply.complete(tuple(PartitionError(p.topic, p.partition, error) for p in args.offsets))
+            return reply
+
+        group = self.groups.get(args.group_id)
+        if group is None:
+            if args.generation_id >= 0:
+                # A member of a generation that this coordinator does not know: it must rejoin.
+                return fail_all(ErrorCode.illegal_generation)
+            # A consumer that assigns partitions itself and only stores offsets here.
+            group = self.groups[args.group_id] = ClassicGroup(
+                args.group_id, state_timestamp=self.clock.time_ms()
+            )
+        error = self._validate_commit(group, args)
+        if error is not None:
+            return fail_all(error)
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            # A member of the new generation committing before its SyncGroup: let it finish the rebalance.
+            return fail_all(ErrorCode.rebalance_in_progress)
+        if group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+            # Commits count as liveness; during PreparingRebalance the heartbeat response tells it to rejoin.
+            self.group_manager.schedule_session(group, group.members[args.member_id])
+
+        limit = self.config.offset_metadata_max_bytes
+        too_large = {
+            (p.topic, p.partition)
+            for p in args.offsets
+            if p.metadata is not None and _java_length(p.metadata) > limit
+        }
+        now = self.clock.time_ms()
+        expire = now + args.retention_time_ms if args.retention_time_ms >= 0 else NO_TIMESTAMP
+        records: list[Record] = []
+        for p in args.offsets:
+            if (p.topic, p.partition) in too_large:
+                continue
+            value = OffsetCommitValue(p.offset, p.metadata or "", now, p.leader_epoch, expire)
+            records.append(
+                (
+                    encode_offset_commit_key(args.group_id, p.topic, p.partition),
+                    encode_offset_commit_value(value),
+                )
+            )
+        if not records:
+            return fail_all(ErrorCode.offset_metadata_too_large)
+
+        def on_done(append_error: ErrorCode | None) -> None:
+            error = ErrorCode.none if append_error is None else offset_append_error(append_error)
+            reply.complete(
+                tuple(
+                    PartitionError(
+                        p.topic,
+                        p.partition,
+                        ErrorCode.offset_metadata_too_large if (p.topic, p.partition) in too_large else error,
+                    )
+                    for p in args.offsets
+                )
+            )
+
+        self._write(records, on_done)
+        return reply
+
+    @staticmethod
+    def _validate_commit(group: ClassicGroup, args: OffsetCommitArgs) -> ErrorCode | None:
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if args.generation_id < 0 and group.is_in(GroupState.EMPTY):
+            return None  # the admin client or a consumer without group management
+        if (
+            args.generation_id >= 0
+            or args.member_id != UNKNOWN_MEMBER_ID
+            or args.group_instance_id is not None
+        ):
+            error = GroupMetadataManager.validate_member(group, args.member_id, args.group_instance_id)
+            if error is not None:
+                return error
+            if args.generation_id != group.generation_id:
+                return ErrorCode.illegal_generation
+            return None
+        if not group.is_in(GroupState.EMPTY):
+            return ErrorCode.unknown_member_id  # only members commit for a group that has members
+        return None
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None, require_stable: bool = False
+    ) -> OffsetFetchResult:
+        group = self.groups.get(group_id)
+        committed = (
+            self.offsets.get(group_id, {}) if group is not None and not group.is_in(GroupState.DEAD) else {}
+        )
+        wanted = (
+            sorted(committed, key=lambda tp: (tp.topic, tp.partition)) if partitions is None else partitions
+        )
+        pending = self._partitions_with_pending_txn(group_id) if require_stable else set()
+        results = []
+        for tp in wanted:
+            if tp in pending:
+                results.append(
+                    FetchedOffset(tp.topic, tp.partition, -1, -1, "", ErrorCode.unstable_offset_commit)
+                )
+                continue
+            entry = committed.get(tp)
+            if entry is None:
+                results.append(FetchedOffset(tp.topic, tp.partition, -1, -1, ""))
+            else:
+                results.append(
+                    FetchedOffset(tp.topic, tp.partition, entry.offset, entry.leader_epoch, entry.metadata)
+                )
+        return OffsetFetchResult(ErrorCode.none, tuple(results))
+
+    def _partitions_with_pending_txn(self, group_id: str) -> set[TopicPartition]:
+        return {tp for pending in self.pending_txn_offsets.values() for g, tp in pending if g == group_id}
+
+    def delete_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> Reply[OffsetDeleteResult]:
+        reply: Reply[OffsetDeleteResult] = Reply()
+        partitions = list(dict.fromkeys(partitions))
+        if not group_id:  # Kafka's isValidGroupId: only commits, fetches, describes and deletes may use ""
+            reply.complete(OffsetDeleteResult(ErrorCode.invalid_group_id))
+            return reply
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            reply.complete(OffsetDeleteResult(ErrorCode.group_id_not_found))
+            return reply
+        errors: dict[TopicPartition, ErrorCode] = {}
+        if group.is_in(GroupState.EMPTY):
+            eligible = partitions
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            eligible = []
+            for tp in partitions:
+                if group.is_subscribed_to(tp.topic):
+                    errors[tp] = ErrorCode.group_subscribed_to_topic
+                else:
+                    eligible.append(tp)
+        else:
+            reply.complete(OffsetDeleteResult(ErrorCode.non_empty_group))
+            return reply
+
+        committed = self.offsets.get(group_id, {})
+        records: list[Record] = [
+            (encode_offset_commit_key(group_id, tp.topic, tp.partition), None)
+            for tp in eligible
+            if tp in committed
+        ]
+        remaining = set(committed) - set(eligible)
+        records += self.group_manager.maybe_retire_group(
+            group, keeps_offsets=bool(remaining) or self.has_pending_transaction(group_id)
+        )
+
+        def answer(append_error: ErrorCode | None) -> None:
+            error = ErrorCode.none if append_error is None else offset_append_error(append_error)
+            reply.complete(
+                OffsetDeleteResult(
+                    ErrorCode.none,
+                    tuple(PartitionError(tp.topic, tp.partition, errors.get(tp, error)) for tp in partitions),
+                )
+            )
+
+        if records:
+            self._write(records, answer)
+        else:
+            answer(None)
+        return reply
+
+    def _expired_offsets(
+        self, group: ClassicGroup, committed: dict[TopicPartition, OffsetEntry], now: int, retention: int
+    ) -> list[TopicPartition]:
+        pending = self._partitions_with_pending_txn(group.group_id)
+
+        def expired(
+            tp: TopicPartition, entry: OffsetEntry, base: int, subscribed: frozenset[str] = frozenset()
+        ):
+            if tp.topic in subscribed or tp in pending:
+                return False
+            if entry.expire_timestamp != NO_TIMESTAMP:  # written by OffsetCommit v1 with an explicit expiry
+                return now >= entry.expire_timestamp
+            return now - base >= retention
+
+        if group.protocol_type is not None and group.is_in(GroupState.EMPTY):
+            # Offsets of a group that lost its members live on for the retention period after it became Empty.
+            return [
+                tp for tp, e in committed.items()
+                if expired(tp, e, group.state_timestamp if group.state_timestamp is not None else e.commit_timestamp)
+            ]  # fmt: skip
+        if (
+            group.protocol_type == CONSUMER_PROTOCOL_TYPE
+            and group.subscribed_topics is not None
+            and group.is_in(GroupState.STABLE)
+        ):
+            # An active consumer group keeps what it consumes; offsets of topics it dropped expire.
+            return [
+                tp
+                for tp, e in committed.items()
+                if expired(tp, e, e.commit_timestamp, group.subscribed_topics)
+            ]
+        if group.protocol_type is None:
+            # Offsets-only (manual assignment) groups: each offset lives for the retention after its commit.
+            return [tp for tp, e in committed.items() if expired(tp, e, e.commit_timestamp)]
+        return []
+
+    def _decode_offset(self, value: bytes | None, offset: int) -> OffsetEntry | None:
+        if value is None:
+            return None
+        try:
+            v = decode_offset_commit_value(value)
+        except RecordFormatError as e:
+            log.error("partition %d: skipping unreadable offset commit at %d: %s", self.partition, offset, e)
+            return None
+        return OffsetEntry(
+            v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp, offset
+        )
+
+    def _put_offset(self, group_id: str, tp: TopicPartition, entry: OffsetEntry) -> None:
+        committed = self.offsets.setdefault(group_id, {})
+        current = committed.get(tp)
+        # Records are replayed in log order; the check only matters for a transaction committing offsets
+        # older than a plain commit that followed them.
+        if current is None or current.record_offset < entry.record_offset:
+            committed[tp] = entry
+        # A commit landed for a group that no longer exists live (deleted meanwhile): the log says it has
+        # offsets, so it exists, exactly as a reload would find it.
+        self.group_manager.get_or_create_for_offsets(group_id)
+
+    def _remove_offset(self, group_id: str, tp: TopicPartition, offset: int) -> None:
+        committed = self.offsets.get(group_id)
+        if committed is None:
+            return
+        current = committed.get(tp)
+        if current is not None and current.record_offset < offset:
+            del committed[tp]
+            if not committed:
+                del self.offsets[group_id]
