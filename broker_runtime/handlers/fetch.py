@@ -1,5 +1,8 @@
 """Fetch: read whole batches up to the high watermark; long-poll until min bytes or max wait.
 
+A consumer at isolation_level=1 (read_committed) reads up to the last stable offset instead, and gets the aborted
+transactions overlapping what it may read (from the `.txnindex` files), so that it can drop their records.
+
 A fetch with a replica id (>= 0) is a follower's: it must be a replica of the partition, reads up to the log end
 rather than the high watermark, tells the leader the follower's log end (its fetch offset), and waits for appends
 rather than high-watermark moves. Replication throttles hold back data of throttled replicas (quota.py).
@@ -103,8 +106,12 @@ def _read_once(ctx: RequestContext, request, replica_id: int, *, record_fetch: b
                         with_epoch=current_epoch >= 0,
                     )  # fmt: skip
                 high_watermark = partition.high_watermark  # after the follower's fetch moved it
-                # Followers read what the leader has; consumers what the ISR has.
-                readable_end = plog.log_end_offset if replica_id >= 0 else high_watermark
+                last_stable = plog.last_stable_offset(high_watermark)
+                # Followers read what the leader has; consumers what the ISR has (and decided, at read_committed).
+                if replica_id >= 0:
+                    readable_end = plog.log_end_offset
+                else:
+                    readable_end = last_stable if read_committed else high_watermark
                 throttled = (
                     replica_id >= 0 and quota is not None and quota.throttles_leader(partition, replica_id)
                 )
@@ -124,12 +131,17 @@ def _read_once(ctx: RequestContext, request, replica_id: int, *, record_fetch: b
                     broker.metrics.record_fetch(name, len(records))
                     if throttled:
                         quota.leader.record(len(records))
+                aborted = None
+                if read_committed and replica_id < 0:
+                    aborted = tuple(
+                        make(types.AbortedTransaction, producer_id=txn.producer_id, first_offset=txn.first_offset)
+                        for txn in plog.aborted_transactions(fp.fetch_offset, readable_end)
+                    ) if records else ()  # fmt: skip
                 watched.append(partition)
                 parts.append(make(
                     types.PartitionData, partition_index=fp.partition, error_code=ErrorCode.none,
-                    high_watermark=high_watermark, last_stable_offset=high_watermark,
-                    log_start_offset=plog.log_start_offset,
-                    aborted_transactions=() if read_committed else None,
+                    high_watermark=high_watermark, last_stable_offset=last_stable,
+                    log_start_offset=plog.log_start_offset, aborted_transactions=aborted,
                     preferred_read_replica=-1, records=records,
                 ))  # fmt: skip
             except KafkaError as exc:

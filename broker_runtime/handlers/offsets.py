@@ -16,6 +16,7 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 # The ListOffsets version from which each special timestamp is understood (Kafka's KafkaApis).
 SPECIAL_TIMESTAMP_SINCE = {LATEST: 1, EARLIEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 NOT_FOUND = (-1, -1, -1)
+READ_COMMITTED = 1
 
 
 def _leader(ctx: RequestContext, topic: str, index: int) -> Partition:
@@ -40,13 +41,15 @@ def _epoch_of(partition: Partition, offset: int) -> int:
     return epoch
 
 
-def _list_offset(partition: Partition, timestamp: int) -> tuple[int, int, int]:
+def _list_offset(partition: Partition, timestamp: int, read_committed: bool = False) -> tuple[int, int, int]:
     """(timestamp, offset, leader epoch) as Kafka answers a ListOffsets query; -1s when no record matches.
+    The last fetchable offset is the high watermark, or the last stable offset at read_committed.
 
     Without tiered storage the local log start is the log start, and nothing is tiered (offset -1)."""
     plog = partition.log
+    fetchable = partition.last_stable_offset if read_committed else partition.high_watermark
     if timestamp == LATEST:
-        return -1, partition.high_watermark, partition.leader_epoch
+        return -1, fetchable, partition.leader_epoch
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         epochs = plog.leader_epochs.entries
         first = epochs[0][0] if epochs and epochs[0][1] <= plog.log_start_offset else -1
@@ -54,7 +57,7 @@ def _list_offset(partition: Partition, timestamp: int) -> tuple[int, int, int]:
     if timestamp == LATEST_TIERED:
         return NOT_FOUND
     found = plog.max_timestamp() if timestamp == MAX_TIMESTAMP else plog.offset_for_timestamp(timestamp)
-    if found is None or found[0] >= partition.high_watermark:
+    if found is None or found[0] >= fetchable:
         return NOT_FOUND
     offset, found_timestamp = found
     return found_timestamp, offset, _epoch_of(partition, offset)
@@ -63,6 +66,7 @@ def _list_offset(partition: Partition, timestamp: int) -> tuple[int, int, int]:
 async def handle_list_offsets(ctx: RequestContext, request) -> object:
     types = ctx.response_types()
     topics = []
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     requested = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     duplicated = {tp for tp in requested if requested.count(tp) > 1}
     for t in request.topics:
@@ -75,7 +79,7 @@ async def handle_list_offsets(ctx: RequestContext, request) -> object:
                     raise KafkaError(ErrorCode.unsupported_version)
                 partition = _leader(ctx, t.name, p.partition_index)
                 partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
-                timestamp, offset, epoch = _list_offset(partition, p.timestamp)
+                timestamp, offset, epoch = _list_offset(partition, p.timestamp, read_committed)
                 parts.append(make(
                     types.ListOffsetsPartitionResponse, partition_index=p.partition_index, error_code=ErrorCode.none,
                     timestamp=timestamp, offset=offset, leader_epoch=epoch,

@@ -51,12 +51,10 @@ async def handle_produce(ctx: RequestContext, request) -> object:
             try:
                 if acks not in (0, 1, -1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, got {acks}")
-                if request.transactional_id is not None:
-                    raise KafkaError(
-                        ErrorCode.transactional_id_authorization_failed,
-                        "transactions are not supported by this broker yet",
-                    )
-                pending.append((name, part.index, _append(ctx, name, part.index, part.records, acks)))
+                pending.append((
+                    name, part.index,
+                    _append(ctx, name, part.index, part.records, acks, request.transactional_id is not None),
+                ))  # fmt: skip
                 sizes[name, part.index] = len(part.records)
             except (InvalidRecords, KafkaError) as exc:
                 pending.append((name, part.index, exc))
@@ -102,8 +100,9 @@ async def handle_produce(ctx: RequestContext, request) -> object:
     )
 
 
-def _append(ctx: RequestContext, name: str, index: int, records: bytes | None, acks: int):
-    """Validate and append one partition's batch: (Partition, AppendResult) at once, or the task that will."""
+def _append(ctx: RequestContext, name: str, index: int, records: bytes | None, acks: int, has_txn_id: bool):
+    """Validate and append one partition's batch: (Partition, AppendResult) at once, or the task that will.
+    Producer state (partition_log.py) checks the epoch, sequence and transaction of an idempotent batch."""
     broker = ctx.broker
     topic = broker.metadata.topics().get(name)
     if topic is None or index not in topic.partitions:
@@ -118,6 +117,12 @@ def _append(ctx: RequestContext, name: str, index: int, records: bytes | None, a
     batch = bytearray(records)
     max_bytes = partition.log.config.max_message_bytes
     header = validate_produce_batch(batch, max_bytes)
+    if header.is_transactional and not has_txn_id:
+        # Kafka answers a request with transactional records and no transactional id this way (no authorizer
+        # would let it write to a transaction).
+        raise KafkaError(
+            ErrorCode.transactional_id_authorization_failed, "transactional records need a transactional id"
+        )
     if header.codec == CODEC_ZSTD and ctx.api_version < 7:
         raise KafkaError(ErrorCode.unsupported_compression_type, "zstd needs Produce v7 or later")
     policy = broker.produce_policy(name)

@@ -19,12 +19,14 @@ from broker_runtime.handlers.offsets import (
     handle_offset_for_leader_epoch,
 )
 from broker_runtime.handlers.produce import handle_produce
+from broker_runtime.handlers.producers import handle_describe_producers
 from broker_runtime.handlers.topics import (
     handle_create_partitions,
     handle_create_topics,
     handle_delete_topics,
 )
 from broker_runtime.handlers.transactions import TRANSACTION_API_VERSIONS, TRANSACTION_HANDLERS
+from broker_runtime.handlers.txn_markers import handle_write_txn_markers
 from broker_runtime.protocol.apis import CORE_API_VERSIONS, ApiKey
 
 HANDLERS = {
@@ -44,6 +46,8 @@ HANDLERS = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: handle_describe_topic_partitions,
+    ApiKey.WRITE_TXN_MARKERS: handle_write_txn_markers,
+    ApiKey.DESCRIBE_PRODUCERS: handle_describe_producers,
     **GROUP_HANDLERS,
     **CONTROLLER_HANDLERS,
     **TRANSACTION_HANDLERS,

@@ -8,6 +8,12 @@ and return whole batches by position. Nothing is fsynced on the append path unle
 segment from the one holding the recovery point (CRC of each batch), cuts the first bad batch and everything
 after it, and rebuilds indexes, leader epochs and producer state (see FORMAT.md).
 
+Transactions. Producer state tracks each producer's open transaction; a marker (control batch) ends it, and an
+ABORT marker adds the aborted transaction to its segment's `.txnindex` (txn_index.py) with the LSO of that
+moment. The last stable offset is min(high watermark, first offset of the earliest transaction that is open or
+whose marker the high watermark has not passed). Recovery re-reads segments from the recovery point and rebuilds
+their `.txnindex` from the markers, with producer state replayed from a snapshot at or below the first of them.
+
 An `OSError` from the filesystem (a full disk, a failed fsync) fails the log for good: the operation answers
 KAFKA_STORAGE_ERROR, `on_io_error` tells the log manager (which takes the whole log dir offline, as Kafka does),
 and every later call answers KAFKA_STORAGE_ERROR without touching the files. A failed append never leaves torn
@@ -31,16 +37,19 @@ from broker_runtime.log.config import LogConfig
 from broker_runtime.log.fs import FileSystem, read_whole, write_atomically
 from broker_runtime.log.leader_epoch import LeaderEpochCache
 from broker_runtime.log.segment import BatchInfo, CorruptSegmentError, LogSegment, file_name
+from broker_runtime.log.txn_index import AbortedTxn
 from broker_runtime.protocol.records import (
     HEADER,
     BatchHeader,
     check_crc,
     decode_records,
     iter_headers,
+    read_header,
     set_log_append_time,
     stamp,
 )
-from broker_runtime.txn.producer_state import CorruptSnapshotError, ProducerStateManager
+from broker_runtime.txn.control import EndTxnMarker, parse_marker
+from broker_runtime.txn.producer_state import CompletedTxn, CorruptSnapshotError, ProducerStateManager
 
 log = logging.getLogger(__name__)
 
@@ -183,10 +192,12 @@ class PartitionLog:
             self._dir_changes += 1  # the first flush makes the new segment's name durable
         self._bases = [s.base_offset for s in self.segments]
 
+        rebuild_txn_index_from: int | None = None
         if clean_shutdown or not bases:
-            self.segments[-1].load_end()
+            if self.segments[-1].load_end():
+                rebuild_txn_index_from = self.segments[-1].base_offset
         else:
-            self._recover_from(recovery_point)
+            rebuild_txn_index_from = self._recover_from(recovery_point)
         active = self.segments[-1]
         self.log_end_offset = max(active.next_offset, active.base_offset)
         self.recovery_point = (
@@ -197,7 +208,7 @@ class PartitionLog:
             self.log_start_offset = self.log_end_offset
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
-        self._load_producer_state()
+        self._load_producer_state(rebuild_txn_index_from)
 
     def _finish_interrupted_swaps(self) -> None:
         """Kafka's LogLoader for a cleaning cut short: `.cleaned` files are deleted, and so are `.swap` files at
@@ -246,9 +257,12 @@ class PartitionLog:
             self.fs.rename(self.dir / name, self.dir / name.removesuffix(".swap"))
         self.fs.fsync_dir(self.dir)
 
-    def _recover_from(self, recovery_point: int) -> None:
-        """Kafka's recoverLog: re-validate every segment from the one holding the recovery point."""
+    def _recover_from(self, recovery_point: int) -> int:
+        """Kafka's recoverLog: re-validate every segment from the one holding the recovery point. Returns the
+        base offset of the first segment re-read (their `.txnindex` files are rebuilt from there)."""
         first = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
+        for segment in self.segments[first:]:
+            segment.txn_index.reset()
         for i in range(first, len(self.segments)):
             segment = self.segments[i]
             epoch_starts: list[tuple[int, int]] = []
@@ -268,6 +282,7 @@ class PartitionLog:
         for segment in self.segments[first:-1]:
             segment.finish_indexes()
         self.segments[-1].write_indexes()
+        return self.segments[first].base_offset
 
     def _snapshot_offsets(self) -> list[int]:
         return sorted(
@@ -275,15 +290,21 @@ class PartitionLog:
             if n.endswith(SNAPSHOT_SUFFIX) and (b := _offset_of(n)) is not None
         )  # fmt: skip
 
-    def _load_producer_state(self) -> None:
-        """Latest readable snapshot at or below the log end, then replay batch headers after it."""
+    def _load_producer_state(self, rebuild_txn_index_from: int | None = None) -> None:
+        """Latest readable snapshot at or below the log end, then replay batch headers after it. With
+        `rebuild_txn_index_from` (recovery), the snapshot must be at or below that offset too, and aborted
+        transactions whose marker is at or above it are written to their segment's `.txnindex` again."""
         self.producer_state.clear()
         start = self.segments[0].base_offset
+        rebuild_from = 2**63 if rebuild_txn_index_from is None else rebuild_txn_index_from
+        limit = min(self.log_end_offset, rebuild_from)
         for offset in reversed(self._snapshot_offsets()):
             path = self.dir / file_name(offset, SNAPSHOT_SUFFIX)
             if offset > self.log_end_offset:
                 self.fs.unlink(path)
                 continue
+            if offset > limit:
+                continue  # newer than the segments to re-index: replaying from it would miss their markers
             try:
                 self.producer_state.load_snapshot(read_whole(self.fs, path), offset)
             except CorruptSnapshotError as error:
@@ -293,31 +314,56 @@ class PartitionLog:
             start = offset
             break
         try:
-            for header in self._headers_from_offset(max(start, self.segments[0].base_offset)):
-                self._record_producer_batch(header)
+            for segment, header in self._headers_from_offset(max(start, self.segments[0].base_offset)):
+                if header.is_control and header.has_producer_id:
+                    raw = segment.read_batch(header)
+                    marker = parse_marker(raw, read_header(raw))
+                    self._record_marker(
+                        header, marker, segment if header.base_offset >= rebuild_from else None
+                    )
+                else:
+                    self._record_producer_batch(header)
         except CorruptSegmentError as error:  # reads there answer CORRUPT_MESSAGE; the state stops before it
             log.error("%s: rebuilding producer state: %s", self.name, error)
 
-    def _headers_from_offset(self, offset: int) -> Iterator[BatchHeader]:
+    def _headers_from_offset(self, offset: int) -> Iterator[tuple[LogSegment, BatchHeader]]:
         i = self._segment_index(offset)
         first = self.segments[i].translate_offset(offset)
         if first is not None:
-            yield from self.segments[i].headers_from(first.position)
+            for header in self.segments[i].headers_from(first.position):
+                yield self.segments[i], header
         for segment in self.segments[i + 1 :]:
-            yield from segment.headers_from(0)
+            for header in segment.headers_from(0):
+                yield segment, header
 
     def _record_producer_batch(self, header: BatchHeader) -> None:
-        if not header.has_producer_id:
-            return
-        if header.is_control:
-            self.producer_state.update_marker(
-                header.producer_id, header.producer_epoch, header.base_offset, header.max_timestamp
-            )
-        else:
+        """A data batch now in the log (replication, replay): producer state only, nothing validated."""
+        if header.has_producer_id and not header.is_control:
             self.producer_state.update(
                 header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence,
                 header.base_offset, header.last_offset, header.max_timestamp, is_transactional=header.is_transactional,
             )  # fmt: skip
+
+    def _record_marker(self, header: BatchHeader, marker: EndTxnMarker | None,
+                       segment: LogSegment | None) -> CompletedTxn | None:  # fmt: skip
+        """A marker now in the log at `header.base_offset`: it ends its producer's transaction; an aborted one
+        goes to `segment`'s `.txnindex` (the segment the marker is in; None on a replay whose segments' indexes
+        are already whole)."""
+        if marker is None:  # an emptied control batch: the cleaner removed its transaction, it ends nothing
+            return None
+        completed = self.producer_state.update_marker(
+            header.producer_id, header.producer_epoch, header.base_offset, header.max_timestamp,
+            marker.coordinator_epoch, aborted=not marker.committed,
+        )  # fmt: skip
+        if completed is None:
+            return None
+        if completed.aborted and segment is not None:
+            lso = self.producer_state.last_stable_offset_of(completed)
+            segment.txn_index.append(
+                AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
+            )
+        self.producer_state.complete_txn(completed)
+        return completed
 
     # --- appends -----------------------------------------------------------------------------------------
 
@@ -325,7 +371,8 @@ class PartitionLog:
     def append_as_leader(
         self, batch: bytearray, header: BatchHeader, leader_epoch: int, now_ms: int
     ) -> AppendResult:
-        """Append one validated batch (`header` read from `batch` at `header.position`)."""
+        """Append one validated batch (`header` read from `batch` at `header.position`). A control batch comes
+        from the transaction coordinator: its marker is checked against the producer's state first."""
         if header.size > self.config.segment_bytes:
             raise KafkaError(
                 ErrorCode.record_list_too_large,
@@ -343,6 +390,13 @@ class PartitionLog:
                 return AppendResult(
                     duplicate.first_offset, duplicate.last_offset, append_time, self.log_start_offset, True
                 )
+        marker = None
+        if header.is_control and header.has_producer_id:
+            marker = parse_marker(batch, header)
+            if marker is not None:
+                self.producer_state.check_marker(
+                    header.producer_id, header.producer_epoch, marker.coordinator_epoch
+                )
         stamp(batch, header.position, base_offset, leader_epoch)
         log_append_time = -1
         max_timestamp = header.max_timestamp
@@ -357,9 +411,7 @@ class PartitionLog:
         if leader_epoch > self.leader_epochs.latest_epoch():
             self.leader_epochs.assign(leader_epoch, base_offset)
         if header.is_control and header.has_producer_id:
-            self.producer_state.update_marker(
-                header.producer_id, header.producer_epoch, base_offset, max_timestamp
-            )
+            self._record_marker(read_header(data), marker, self.segments[-1])
         elif header.has_producer_id:
             self.producer_state.update(
                 header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence,
@@ -398,7 +450,10 @@ class PartitionLog:
             epoch = header.partition_leader_epoch
             if epoch > self.leader_epochs.latest_epoch():
                 self.leader_epochs.assign(epoch, header.base_offset)
-            self._record_producer_batch(header)
+            if header.is_control and header.has_producer_id:
+                self._record_marker(header, parse_marker(view, header), self.segments[-1])
+            else:
+                self._record_producer_batch(header)
             self._after_append(header.record_count)
 
     def _after_append(self, record_count: int) -> None:
@@ -474,6 +529,27 @@ class PartitionLog:
             if not chunks:  # what came before the corrupt batch is served; the next read gets the error
                 raise self._corrupt(error, f"reading offset {start_offset}") from None
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """Kafka's lastStableOffset: the high watermark, or the first unstable offset (not below the log start)
+        when that is lower."""
+        state = self.producer_state
+        if not state.ongoing and not state.unreplicated:
+            return high_watermark
+        first_unstable = state.first_unstable_offset(high_watermark)
+        if first_unstable is None or first_unstable >= high_watermark:
+            return high_watermark
+        return min(max(first_unstable, self.log_start_offset), high_watermark)
+
+    @_storage_operation
+    def aborted_transactions(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start_offset, upper_bound), from the `.txnindex` of the segment
+        holding `start_offset` onwards (Kafka's LocalLog.collectAbortedTransactions)."""
+        found: list[AbortedTxn] = []
+        for segment in self.segments[self._segment_index(start_offset) :]:
+            if segment.txn_index.collect(start_offset, upper_bound, found):
+                break
+        return found
 
     def _corrupt(self, error: CorruptSegmentError, doing: str) -> KafkaError:
         """CORRUPT_MESSAGE for a read that reached bytes that are not a valid batch, as Kafka's fetch path

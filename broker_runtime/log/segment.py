@@ -1,4 +1,5 @@
-"""One log segment: `%020d.log` plus its `.index` and `.timeindex` (and `.txnindex`, unused for now).
+"""One log segment: `%020d.log` plus its `.index`, `.timeindex` and `.txnindex` (aborted transactions, only
+when the segment holds an ABORT marker; see txn_index.py).
 
 The `.log` file is a sequence of v2 record batches exactly as stored on the wire. The segment reads only batch
 headers (61 bytes) when it scans; record bodies are read only by `recover` (for the CRC) and by timestamp
@@ -17,6 +18,7 @@ from pathlib import Path
 from broker_runtime.log.config import LogConfig
 from broker_runtime.log.fs import FileSystem
 from broker_runtime.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from broker_runtime.log.txn_index import TransactionIndex
 from broker_runtime.protocol.records import (
     CRC_START,
     HEADER,
@@ -152,6 +154,7 @@ class LogSegment:
         self.index_path = directory / file_name(base_offset, ".index")
         self.time_index_path = directory / file_name(base_offset, ".timeindex")
         self.txn_index_path = directory / file_name(base_offset, ".txnindex")
+        self.txn_index = TransactionIndex(fs, self.txn_index_path, base_offset)
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self.next_offset = base_offset  # valid once loaded: LEO of this segment
@@ -205,6 +208,7 @@ class LogSegment:
         if self.finish_indexes():
             self._offset_index.fsync()  # type: ignore[union-attr]
             self._time_index.fsync()  # type: ignore[union-attr]
+        self.txn_index.fsync()
         self.fs.close(self._handle)
         self._handle = -1
 
@@ -219,6 +223,7 @@ class LogSegment:
         for path in (self.log_path, self.index_path, self.time_index_path, self.txn_index_path):
             if self.fs.exists(path):
                 self.fs.unlink(path)
+        self.txn_index.forget()
 
     def change_config(self, config: LogConfig) -> None:
         self.config = config
@@ -273,8 +278,9 @@ class LogSegment:
                 "CORRUPT_MESSAGE", self.log_path, self.size - position, position, self.next_offset, reason,
             )  # fmt: skip
 
-    def load_end(self) -> None:
-        """Find this segment's next offset by scanning from its last index entry (clean-shutdown path).
+    def load_end(self) -> bool:
+        """Find this segment's next offset by scanning from its last index entry (clean-shutdown path); returns
+        whether the segment had to be recovered.
 
         Nothing is trusted: the batch at the last entry must be the one it names, every header after it must
         be whole, and the scan must end exactly at the end of the file. Otherwise the segment is recovered like
@@ -292,10 +298,12 @@ class LogSegment:
                     max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
         except CorruptSegmentError as error:
             log.warning("%s; recovering the segment", error)
+            self.txn_index.reset()
             self.recover()
-            return
+            return True
         self.next_offset = next_offset
         self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, offset_of_max
+        return False
 
     def finish_indexes(self) -> bool:
         """The segment stops being active (roll or close): final time entry, trim index files to their entries.
@@ -377,6 +385,7 @@ class LogSegment:
             self._time_index.flush()
             self._offset_index.fsync()
             self._time_index.fsync()
+        self.txn_index.fsync()
         self.unflushed = False
 
     def fsync_files(self, *, indexes: bool) -> None:
@@ -389,6 +398,8 @@ class LogSegment:
             if indexes and self._offset_index is not None and self._time_index is not None:
                 self._offset_index.fsync()
                 self._time_index.fsync()
+            if indexes:
+                self.txn_index.fsync()
         except OSError:
             if self._handle >= 0:
                 raise
@@ -610,6 +621,7 @@ class LogSegment:
         removed = self.size - header.position
         self.offset_index.truncate_to_position(header.position)
         self.time_index.truncate_to(header.base_offset)
+        self.txn_index.truncate_to(header.base_offset)
         self.fs.truncate(self._handle, header.position)
         self.size = header.position
         self._written_from = min(self._written_from, header.position)

@@ -76,6 +76,12 @@ class Partition:
     def is_leader(self) -> bool:
         return self.leader_id == self.broker_id
 
+    @property
+    def last_stable_offset(self) -> int:
+        """The offset below which every transaction is decided and replicated (leaders and followers alike: both
+        build producer state from the same batches)."""
+        return self.log.last_stable_offset(self.high_watermark)
+
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Fence requests from clients with a stale or future view of leadership (KIP-320)."""
         if current_leader_epoch < 0:

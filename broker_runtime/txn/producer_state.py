@@ -13,8 +13,15 @@ timestamp). For a client append, in this order:
    longer answers UNKNOWN_PRODUCER_ID on produce since KIP-360 / 2.5). Otherwise OUT_OF_ORDER_SEQUENCE_NUMBER.
 
 Appends from replication and replays of the log at load are not validated, only recorded (`update`).
-Transactional fields (current transaction's first offset, coordinator epoch) are kept as data; markers only
-update them.
+
+Transactions (Kafka's ProducerAppendInfo.appendDataBatch / appendEndTxnMarker). A transactional batch from a
+producer with no open transaction opens one at its first offset; a non-transactional batch while one is open is
+INVALID_TXN_STATE. A marker (control batch) from the coordinator is checked first (`check_marker`: an older
+producer epoch is INVALID_PRODUCER_EPOCH, an older coordinator epoch than the partition last saw from this
+producer TRANSACTION_COORDINATOR_FENCED) and then ends the open transaction (`update_marker` returns it as a
+`CompletedTxn`). A completed transaction stays "unreplicated" until the high watermark passes its marker; the
+first unstable offset is the smallest first offset over open and unreplicated transactions, and the last stable
+offset of the partition is min(high watermark, first unstable offset) (`first_unstable_offset`).
 
 Snapshot format: Kafka's producer snapshot v1, byte for byte:
     version int16 (=1) | crc uint32 (CRC32C of everything after it) | count int32 | entries
@@ -56,6 +63,16 @@ _ENTRY = struct.Struct(">qhiqiqiq")
 
 class CorruptSnapshotError(Exception):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction ended by a marker at `last_offset` (Kafka's CompletedTxn)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +125,11 @@ class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0  # state reflects every batch below this offset
+        # Open transactions, first offset -> producer id. Transactions open in offset order, so the dict's order
+        # is the offsets' order and its first key is the smallest.
+        self.ongoing: dict[int, int] = {}
+        # Transactions whose marker may be above the high watermark: first offset -> (producer id, marker offset).
+        self.unreplicated: dict[int, tuple[int, int]] = {}
 
     # --- client appends ----------------------------------------------------------------------------------
 
@@ -158,22 +180,74 @@ class ProducerStateManager:
         entry.add_batch(epoch, BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp))
         if is_transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = first_offset
+            self.ongoing[first_offset] = producer_id
         self.map_end_offset = max(self.map_end_offset, last_offset + 1)
 
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """Validate a marker the transaction coordinator asks to write (Kafka's appendEndTxnMarker checks)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if epoch < entry.epoch:
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"marker epoch {epoch} of producer {producer_id} is older than its last epoch {entry.epoch}",
+            )
+        if entry.coordinator_epoch > coordinator_epoch:
+            raise KafkaError(
+                ErrorCode.transaction_coordinator_fenced,
+                f"coordinator epoch {coordinator_epoch} for producer {producer_id} is older than "
+                f"{entry.coordinator_epoch}, the partition's last",
+            )
+
     def update_marker(self, producer_id: int, epoch: int, offset: int, timestamp: int,
-                      coordinator_epoch: int = -1) -> None:  # fmt: skip
-        """Record a transaction marker (control batch): the ongoing transaction, if any, has ended."""
+                      coordinator_epoch: int = -1, *, aborted: bool = False) -> CompletedTxn | None:  # fmt: skip
+        """Record a transaction marker (control batch) at `offset`: the open transaction, if any, has ended and
+        is returned; the caller writes the `.txnindex` entry of an aborted one, then calls `complete_txn`."""
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
         if epoch != entry.epoch:
             entry.batches.clear()
             entry.epoch = epoch
+        completed = None
+        if entry.current_txn_first_offset is not None:
+            completed = CompletedTxn(producer_id, entry.current_txn_first_offset, offset, aborted)
         entry.current_txn_first_offset = None
         entry.last_timestamp = timestamp
         if coordinator_epoch >= 0:
             entry.coordinator_epoch = coordinator_epoch
         self.map_end_offset = max(self.map_end_offset, offset + 1)
+        return completed
+
+    def last_stable_offset_of(self, completed: CompletedTxn) -> int:
+        """The LSO recorded with an aborted transaction in `.txnindex`: the first offset of the earliest other
+        open transaction, else the offset after the marker (Kafka's lastStableOffset(CompletedTxn))."""
+        for first_offset, producer_id in self.ongoing.items():
+            if producer_id != completed.producer_id:
+                return first_offset
+        return completed.last_offset + 1
+
+    def complete_txn(self, completed: CompletedTxn) -> None:
+        """The transaction is decided; it stays unstable until the high watermark passes its marker."""
+        self.ongoing.pop(completed.first_offset, None)
+        self.unreplicated[completed.first_offset] = (completed.producer_id, completed.last_offset)
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the earliest transaction that is open, or decided by a marker the high watermark
+        has not passed; None when there is none (Kafka's firstUnstableOffset after onHighWatermarkUpdated)."""
+        if self.unreplicated:
+            replicated = [f for f, (_, marker) in self.unreplicated.items() if marker < high_watermark]
+            for first_offset in replicated:
+                del self.unreplicated[first_offset]
+        first = next(iter(self.ongoing), None)
+        if self.unreplicated:
+            lowest = min(self.unreplicated)
+            first = lowest if first is None else min(first, lowest)
+        return first
+
+    def open_transactions(self) -> int:
+        return len(self.ongoing)
 
     def remove_expired(self, now_ms: int, expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> int:
         """Forget producers idle for longer than producer.id.expiration.ms with no open transaction."""
@@ -187,6 +261,8 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self.producers.clear()
+        self.ongoing.clear()
+        self.unreplicated.clear()
         self.map_end_offset = 0
 
     # --- snapshots ---------------------------------------------------------------------------------------
@@ -214,6 +290,15 @@ class ProducerStateManager:
     def load_snapshot(self, data: bytes, end_offset: int) -> None:
         """Replace the state with a snapshot taken when the log ended at `end_offset`."""
         self.producers = {e.producer_id: e for e in parse_snapshot(data)}
+        self.ongoing = {
+            first: pid
+            for first, pid in sorted(
+                (e.current_txn_first_offset, e.producer_id)
+                for e in self.producers.values()
+                if e.current_txn_first_offset is not None
+            )
+        }
+        self.unreplicated = {}
         self.map_end_offset = end_offset
 
 

@@ -39,6 +39,8 @@ KAFKA_3_9_ZK_MAXIMA = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
     ApiKey.OFFSET_DELETE: 0,
     ApiKey.DESCRIBE_CLUSTER: 1,
+    ApiKey.WRITE_TXN_MARKERS: 1,
+    ApiKey.DESCRIBE_PRODUCERS: 0,
 }
 # Kafka 4.0's raised minimums (KIP-896), where kio no longer has the older schemas; Produce stays at 0.
 KAFKA_4_0_MINIMA = {
@@ -51,6 +53,7 @@ KAFKA_4_0_MINIMA = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: 2,
     ApiKey.DESCRIBE_CONFIGS: 1,
     ApiKey.DESCRIBE_LOG_DIRS: 1,
+    ApiKey.WRITE_TXN_MARKERS: 1,
 }
 
 
