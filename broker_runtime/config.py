@@ -597,7 +597,9 @@ _BROKER_DEFS: list[ConfigDef] = [
        dynamic=True),
     _d("queued.max.request.bytes", LONG, -1, "Memory pool for request bytes: a request's size is reserved "
        "before it is read, and reading stops while the pool is used up; -1 = no limit."),
-    _d("request.timeout.ms", INT, 30000, "Timeout of the broker's own client requests (inter-broker)."),
+    _d("request.timeout.ms", INT, 30000,
+       "Timeout of the broker's own client requests (inter-broker); how long a transaction marker waits for "
+       "its replicated append."),
     _d("max.request.partition.size.limit", INT, 2000, "Max partitions described in one DescribeTopicPartitions "
        "response.", at_least(1)),
     _d("fetch.max.bytes", INT, 57671680, "Max bytes returned by one Fetch response.", at_least(1024)),
@@ -705,7 +707,7 @@ _NO_EFFECT_BROKER: dict[str, tuple[str, ...]] = {
         "zookeeper.max.in.flight.requests", "zookeeper.set.acl",
     ),
     "requests between brokers time out by controller.socket.timeout.ms and replica.socket.timeout.ms": (
-        "request.timeout.ms", "socket.connection.setup.timeout.ms", "socket.connection.setup.timeout.max.ms",
+        "socket.connection.setup.timeout.ms", "socket.connection.setup.timeout.max.ms",
     ),
     "the ZooKeeper-mode controller elects unclean leaders when a partition's config allows it, not on a "
     "timer": ("unclean.leader.election.interval.ms",),
