@@ -369,10 +369,19 @@ class PartitionLog:
 
     @_storage_operation
     def append_as_leader(
-        self, batch: bytearray, header: BatchHeader, leader_epoch: int, now_ms: int
+        self,
+        batch: bytearray,
+        header: BatchHeader,
+        leader_epoch: int,
+        now_ms: int,
+        *,
+        from_coordinator: bool = False,
     ) -> AppendResult:
-        """Append one validated batch (`header` read from `batch` at `header.position`). A control batch comes
-        from the transaction coordinator: its marker is checked against the producer's state first."""
+        """Append one validated batch (`header` read from `batch` at `header.position`). A client's producer
+        batch is checked for epoch, sequence (a retry answers the original offsets) and transaction state; a
+        coordinator's (`from_coordinator`: transactional offset commits) for epoch and transaction state only.
+        A control batch comes from the transaction coordinator: its marker is checked against the producer's
+        state first."""
         if header.size > self.config.segment_bytes:
             raise KafkaError(
                 ErrorCode.record_list_too_large,
@@ -380,7 +389,11 @@ class PartitionLog:
             )
         base_offset = self.log_end_offset
         last_offset = base_offset + header.last_offset_delta
-        if header.has_producer_id and not header.is_control:
+        if header.has_producer_id and not header.is_control and from_coordinator:
+            self.producer_state.check_epoch(
+                header.producer_id, header.producer_epoch, header.is_transactional, base_offset
+            )
+        elif header.has_producer_id and not header.is_control:
             duplicate = self.producer_state.check(
                 header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence,
                 is_transactional=header.is_transactional, offset_hint=base_offset,

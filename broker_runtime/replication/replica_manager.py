@@ -251,7 +251,14 @@ class ReplicaManager:
         return partition
 
     def append_local(
-        self, topic: str, index: int, batch: bytearray, header: BatchHeader, *, acks: int
+        self,
+        topic: str,
+        index: int,
+        batch: bytearray,
+        header: BatchHeader,
+        *,
+        acks: int,
+        from_coordinator: bool = False,
     ) -> tuple[Partition, AppendResult]:
         """Append one validated batch as leader, synchronously, so that pipelined produce requests from one
         connection are appended in arrival order."""
@@ -261,7 +268,9 @@ class ReplicaManager:
                 ErrorCode.not_enough_replicas,
                 f"{len(partition.isr)} in-sync replicas, below min.insync.replicas {self._min_insync(topic)}",
             )
-        result = partition.log.append_as_leader(batch, header, partition.leader_epoch, self._clock.time_ms())
+        result = partition.log.append_as_leader(
+            batch, header, partition.leader_epoch, self._clock.time_ms(), from_coordinator=from_coordinator
+        )
         partition.wake_append_waiters()
         partition.maybe_advance_high_watermark()
         return partition, result
@@ -289,14 +298,15 @@ class ReplicaManager:
     async def append(
         self, topic: str, index: int, batch: bytearray, header: BatchHeader, *, acks: int, timeout_ms: int
     ) -> AppendResult:
-        """The append path of coordinators writing their own topics (Produce validates in its handler)."""
+        """The append path of coordinators writing their own topics and transaction markers (Produce validates in
+        its handler): Kafka's AppendOrigin.COORDINATOR, whose producer batches are fenced by epoch only."""
         partition = self.leader_partition(topic, index)
         if header.size > partition.log.config.max_message_bytes:
             raise KafkaError(
                 ErrorCode.message_too_large,
                 f"batch of {header.size} bytes exceeds max.message.bytes {partition.log.config.max_message_bytes}",
             )
-        partition, result = self.append_local(topic, index, batch, header, acks=acks)
+        partition, result = self.append_local(topic, index, batch, header, acks=acks, from_coordinator=True)
         if acks == -1:
             await self.wait_for_replication(partition, result, timeout_ms)
         return result

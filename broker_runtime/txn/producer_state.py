@@ -169,6 +169,26 @@ class ProducerStateManager:
             )
         return None
 
+    def check_epoch(
+        self, producer_id: int, epoch: int, is_transactional: bool, offset_hint: int = -1
+    ) -> None:
+        """Validate a coordinator's producer batch (Kafka's AppendOrigin.COORDINATOR: transactional offset
+        commits): the epoch is fenced, sequences are not checked."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if epoch < entry.epoch:
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"epoch of producer {producer_id} at offset {offset_hint} is {epoch}, which is smaller than the "
+                f"last seen epoch {entry.epoch}",
+            )
+        if entry.current_txn_first_offset is not None and not is_transactional:
+            raise KafkaError(
+                ErrorCode.invalid_txn_state,
+                f"expected a transactional write from producer {producer_id}: a transaction is ongoing",
+            )
+
     # --- recording ---------------------------------------------------------------------------------------
 
     def update(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,

@@ -6,11 +6,12 @@ import struct
 
 import pytest
 from kio.schema.errors import ErrorCode
-from log_helpers import PARTITION_DIR, append, open_log
+from log_helpers import PARTITION_DIR, append, make_batch, open_log
 
 from broker_runtime.errors import KafkaError
 from broker_runtime.log.config import LogConfig
 from broker_runtime.log.txn_index import AbortedTxn, parse_entries
+from broker_runtime.protocol.records import read_header
 from broker_runtime.txn.control import marker_batch
 
 A, B = 1000, 2000  # producer ids
@@ -205,3 +206,22 @@ def test_lso_is_never_below_the_log_start(fs, clock):
     append(log, 3)  # 1-3
     log.delete_records_before(2)
     assert log.last_stable_offset(4) == 2
+
+
+def test_coordinator_batches_are_fenced_by_epoch_but_not_sequenced(fs, clock):
+    """Transactional offset commits: the group coordinator writes each as its producer's batch with base
+    sequence 0 (Kafka's AppendOrigin.COORDINATOR); none is a duplicate of another."""
+    log = open_log(fs, clock)
+
+    def coordinator_append(epoch):
+        batch = make_batch(1, producer_id=A, producer_epoch=epoch, base_sequence=0, transactional=True)
+        return log.append_as_leader(batch, read_header(batch), 0, clock.time_ms(), from_coordinator=True)
+
+    assert coordinator_append(2).base_offset == 0
+    assert coordinator_append(2).base_offset == 1  # same sequence again: appended, not a retry
+    assert log.last_stable_offset(2) == 0
+    with pytest.raises(KafkaError) as raised:
+        coordinator_append(1)
+    assert raised.value.error_code == ErrorCode.invalid_producer_epoch
+    marker(log, A, committed=True, epoch=2)
+    assert log.last_stable_offset(3) == 3
