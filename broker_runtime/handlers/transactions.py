@@ -283,7 +283,7 @@ async def handle_list_transactions(ctx: RequestContext, request) -> object:
     )  # fmt: skip
 
 
-_HANDLERS = {
+TRANSACTION_HANDLERS = {
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
     ApiKey.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
     ApiKey.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
@@ -293,7 +293,7 @@ _HANDLERS = {
 }
 
 # Kafka 3.9's ranges. AddPartitionsToTxn 4-5 come from partition leaders (batched, verifyOnly), not clients.
-_VERSIONS: dict[int, tuple[int, int]] = {
+TRANSACTION_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
@@ -301,9 +301,3 @@ _VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
-
-# Advertised: InitProducerId only until this broker can write transaction markers to its own partitions (a
-# transaction could be decided but never completed).
-_ADVERTISED = (ApiKey.INIT_PRODUCER_ID,)
-TRANSACTION_HANDLERS = {key: _HANDLERS[key] for key in _ADVERTISED}
-TRANSACTION_API_VERSIONS = {key: _VERSIONS[key] for key in _ADVERTISED}

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from broker_runtime.txn.coordinator import MarkerJob, TopicPartition
+from broker_runtime.txn.markers import TxnMarker
 
 log = logging.getLogger(__name__)
 
@@ -55,17 +56,6 @@ RETRIABLE = frozenset(
         ErrorCode.kafka_storage_error,
     }
 )
-
-
-@dataclass(frozen=True, slots=True)
-class TxnMarker:
-    """One producer's markers for one destination: a WriteTxnMarkers request's WritableTxnMarker."""
-
-    producer_id: int
-    producer_epoch: int
-    coordinator_epoch: int
-    committed: bool
-    partitions: list[TopicPartition]
 
 
 # (broker id, markers) -> per marker, the error of each of its partitions. Raises ConnectionError, TimeoutError

@@ -31,7 +31,8 @@ from broker_runtime.txn.coordinator import (
     TransactionDescription,
     TransactionListing,
 )
-from broker_runtime.txn.marker_sender import LEADER_UNKNOWN, TransactionMarkerSender, TxnMarker
+from broker_runtime.txn.marker_sender import LEADER_UNKNOWN, TransactionMarkerSender
+from broker_runtime.txn.markers import TxnMarker, write_txn_markers
 from broker_runtime.txn.records import TRANSACTION_STATE_TOPIC, transaction_partition
 from broker_runtime.txn.state import TransactionState
 
@@ -67,11 +68,7 @@ def transaction_state_topic(config) -> CoordinatorTopic:
 
 
 class TransactionCoordinatorRuntime(CoordinatorRuntime[TransactionCoordinatorShard]):
-    def __init__(
-        self,
-        broker: Broker,
-        write_local: Callable[[list[TxnMarker]], object] | None = None,
-    ) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.config = TransactionCoordinatorConfig.from_broker_config(broker.config)
         super().__init__(
             broker,
@@ -80,7 +77,6 @@ class TransactionCoordinatorRuntime(CoordinatorRuntime[TransactionCoordinatorSha
             name="transaction",
             describe=lambda shard: f"{len(shard.transactions)} transactional ids",
         )
-        self._write_local = write_local
         self.markers = TransactionMarkerSender(broker.clock, self._leader_of, self._write_markers)
         self._client = BrokerClient(
             f"broker-{broker.broker_id}-txn-marker-sender",
@@ -219,10 +215,10 @@ class TransactionCoordinatorRuntime(CoordinatorRuntime[TransactionCoordinatorSha
         self, broker_id: int, markers: list[TxnMarker]
     ) -> list[dict[tuple[str, int], ErrorCode]]:
         if broker_id == self.broker.broker_id:
-            if self._write_local is None:
-                raise ConnectionError("this broker cannot write transaction markers yet")
-            # One call per marker: the in-process writer answers per partition, and two producers may share one.
-            return [await self._write_local([marker]) for marker in markers]  # type: ignore[misc]
+            # One call per marker (C2): it answers per partition, and two producers' markers may share one.
+            return list(
+                await asyncio.gather(*(write_txn_markers(self.broker, [marker]) for marker in markers))
+            )
         node = next((b for b in self.broker.metadata.brokers() if b.broker_id == broker_id), None)
         if node is None:
             raise ConnectionError(f"broker {broker_id} is not alive")

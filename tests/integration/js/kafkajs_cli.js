@@ -94,6 +94,29 @@ const ops = {
     }
   },
 
+  // One transaction of a transactional producer: {topic, transactionalId, messages, commit}
+  async transaction (req) {
+    const producer = client(req).producer({ transactionalId: req.transactionalId, idempotent: true, maxInFlightRequests: 1 })
+    await producer.connect()
+    try {
+      const txn = await producer.transaction()
+      try {
+        await txn.send({
+          topic: req.topic,
+          messages: req.messages.map(m => ({ key: unb64(m.key), value: unb64(m.value), partition: m.partition }))
+        })
+        if (req.commit) await txn.commit()
+        else await txn.abort()
+      } catch (e) {
+        await txn.abort().catch(() => {})
+        throw e
+      }
+      return { committed: Boolean(req.commit) }
+    } finally {
+      await producer.disconnect()
+    }
+  },
+
   // The public consumer (always a group member): {topic, groupId, count, timeoutMs}
   async consume (req) {
     const consumer = client(req).consumer({ groupId: req.groupId })

@@ -1,0 +1,259 @@
+"""Transactions with real clients against a real broker: commit and abort with each of the four libraries,
+zombie fencing, and transactions that time out and are aborted by the coordinator.
+
+Every check reads the output back through a read_committed consumer (and, where it matters, a
+read_uncommitted one, which sees aborted records as Kafka's does)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode as E
+
+from broker_runtime.protocol.apis import ApiKey
+
+HERE = Path(__file__).resolve().parent
+PROCESSOR = HERE / "txn_processor.py"
+DEADLINE_S = 60
+
+TXN_BROKER_OVERRIDES = {
+    "num.partitions": "3",
+    "offsets.topic.num.partitions": "3",
+    "transaction.state.log.num.partitions": "3",
+    "group.initial.rebalance.delay.ms": "0",
+    # Timed-out transactions are looked for often, so the timeout test takes seconds.
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
+}
+
+
+@pytest.fixture(scope="module")
+def _txn_broker_process(broker_logs_dir, helpers):
+    broker = helpers.new_broker(broker_logs_dir, "transactions", TXN_BROKER_OVERRIDES)
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def txn_broker(request, _txn_broker_process, helpers):
+    broker = _txn_broker_process
+    helpers.remember_broker(request, broker)
+    if not broker.alive:
+        broker.start()
+    return broker
+
+
+def new_topic(clients, bootstrap: str, partitions: int = 3) -> str:
+    name = f"txn-{uuid.uuid4().hex[:10]}"
+    clients.create_topic(bootstrap, name, partitions)
+    return name
+
+
+def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of every record a consumer with `isolation` reads up to the partitions' ends
+    (the last stable offset for read_committed)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+        "isolation.level": isolation, "enable.partition.eof": True,
+    })  # fmt: skip
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        at_end: set[int] = set()
+        got = []
+        deadline = time.monotonic() + DEADLINE_S
+        while at_end != set(partitions):
+            assert time.monotonic() < deadline, f"{topic}: only partitions {at_end} reached their end"
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                at_end.add(message.partition())
+                continue
+            at_end.discard(message.partition())
+            got.append((message.partition(), message.offset(), message.value()))
+        return got
+    finally:
+        consumer.close()
+
+
+def values(records) -> list[bytes]:
+    return sorted(value for _, _, value in records)
+
+
+def describe_transaction(broker, raw, transactional_id: str):
+    request_type = load_request_schema(ApiKey.DESCRIBE_TRANSACTIONS, 0)
+    with raw.RawClient.to(broker, timeout=30) as client:
+        (state,) = client.call(request_type(transactional_ids=(transactional_id,))).transaction_states
+    return state
+
+
+def wait_for_state(broker, raw, transactional_id: str, wanted: str):
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        state = describe_transaction(broker, raw, transactional_id)
+        if state.error_code == E.none and state.transaction_state == wanted:
+            return state
+        assert time.monotonic() < deadline, f"{transactional_id} stays {state}"
+        time.sleep(0.1)
+
+
+# --- commit and abort, each client --------------------------------------------------------------------------
+
+
+def confluent_transaction(
+    bootstrap: str, topic: str, tid: str, batches: list[tuple[list[bytes], bool]]
+) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+    producer.init_transactions(30)
+    for batch, commit in batches:
+        producer.begin_transaction()
+        for i, value in enumerate(batch):
+            producer.produce(topic, value=value, partition=i % 3)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)  # the records reach the log before the abort
+            producer.abort_transaction(30)
+
+
+def kafka_python_transaction(bootstrap, topic, tid, batches) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid)
+    producer.init_transactions()
+    for batch, commit in batches:
+        producer.begin_transaction()
+        for i, value in enumerate(batch):
+            producer.send(topic, value=value, partition=i % 3)
+        producer.flush()
+        if commit:
+            producer.commit_transaction()
+        else:
+            producer.abort_transaction()
+    producer.close()
+
+
+def aiokafka_transaction(bootstrap, topic, tid, batches) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid)
+        await producer.start()
+        try:
+            for batch, commit in batches:
+                await producer.begin_transaction()
+                for i, value in enumerate(batch):
+                    await producer.send_and_wait(topic, value=value, partition=i % 3)
+                if commit:
+                    await producer.commit_transaction()
+                else:
+                    await producer.abort_transaction()
+        finally:
+            await producer.stop()
+
+    asyncio.run(asyncio.wait_for(run(), DEADLINE_S))
+
+
+def kafkajs_transaction(bootstrap, topic, tid, batches, clients) -> None:
+    for batch, commit in batches:
+        clients.run_kafkajs(
+            "transaction", bootstrap, topic=topic, transactionalId=tid, commit=commit,
+            messages=[clients.rec_to_js(clients.Rec(None, v, (), None, None, None), i % 3) for i, v in enumerate(batch)],
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka", "kafkajs"])
+def test_committed_records_are_read_and_aborted_ones_are_not(client, txn_broker, clients) -> None:
+    bootstrap = txn_broker.bootstrap
+    topic = new_topic(clients, bootstrap)
+    tid = f"{client}-{uuid.uuid4().hex[:8]}"
+    committed = [f"c{i}".encode() for i in range(6)]
+    aborted = [f"a{i}".encode() for i in range(6)]
+    later = [f"l{i}".encode() for i in range(3)]
+    batches = [(committed, True), (aborted, False), (later, True)]
+    if client == "confluent":
+        confluent_transaction(bootstrap, topic, tid, batches)
+    elif client == "kafka-python":
+        kafka_python_transaction(bootstrap, topic, tid, batches)
+    elif client == "aiokafka":
+        aiokafka_transaction(bootstrap, topic, tid, batches)
+    else:
+        kafkajs_transaction(bootstrap, topic, tid, batches, clients)
+    assert values(read_all(bootstrap, topic)) == sorted(committed + later)
+    # read_uncommitted sees everything that reached the log, aborted records included (as in Kafka).
+    assert values(read_all(bootstrap, topic, "read_uncommitted")) == sorted(committed + aborted + later)
+
+
+# --- zombie fencing -------------------------------------------------------------------------------------------
+
+
+def test_a_zombie_producer_is_fenced_and_its_transaction_aborted(txn_broker, clients, raw) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    bootstrap = txn_broker.bootstrap
+    topic = new_topic(clients, bootstrap)
+    tid = f"zombie-{uuid.uuid4().hex[:8]}"
+    zombie = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    for i in range(5):
+        zombie.produce(topic, value=f"zombie{i}".encode(), partition=i % 3)
+    zombie.flush(30)
+
+    successor = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+    successor.init_transactions(60)  # fences the zombie: its open transaction is aborted first
+    successor.begin_transaction()
+    successor.produce(topic, value=b"successor", partition=0)
+    successor.commit_transaction(30)
+
+    with pytest.raises(KafkaException) as raised:
+        zombie.produce(topic, value=b"zombie-late", partition=1)
+        zombie.commit_transaction(30)
+    error = raised.value.args[0]
+    assert error.fatal() or error.txn_requires_abort(), error
+    assert error.code() in (kafka_error_code("_FENCED"), kafka_error_code("PRODUCER_FENCED"),
+                            kafka_error_code("INVALID_PRODUCER_EPOCH")), error  # fmt: skip
+    assert values(read_all(bootstrap, topic)) == [b"successor"]
+    state = describe_transaction(txn_broker, raw, tid)
+    assert (state.transaction_state, state.producer_epoch) == ("CompleteCommit", 2)
+
+
+def kafka_error_code(name: str) -> int:
+    from confluent_kafka import KafkaError
+
+    return getattr(KafkaError, name)
+
+
+# --- transaction timeout --------------------------------------------------------------------------------------
+
+
+def test_a_transaction_open_past_its_timeout_is_aborted(txn_broker, clients, raw) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    bootstrap = txn_broker.bootstrap
+    topic = new_topic(clients, bootstrap)
+    tid = f"timeout-{uuid.uuid4().hex[:8]}"
+    slow = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "transaction.timeout.ms": 1000})
+    slow.init_transactions(30)
+    slow.begin_transaction()
+    for i in range(4):
+        slow.produce(topic, value=f"slow{i}".encode(), partition=i % 3)
+    slow.flush(30)
+    state = wait_for_state(txn_broker, raw, tid, "CompleteAbort")
+    assert state.producer_epoch == 1  # the coordinator fenced the producer's epoch 0 to abort it
+    assert values(read_all(bootstrap, topic)) == []
+    assert len(read_all(bootstrap, topic, "read_uncommitted")) == 4
+    with pytest.raises(KafkaException):
+        slow.commit_transaction(30)
