@@ -325,8 +325,9 @@ class Broker:
             return done.result()
 
         def high_watermark(key: tuple[str, int]) -> int | None:
+            """Kafka cleans below the last stable offset: undecided transactions are never compacted."""
             partition = self.replica_manager.get_partition(*key)
-            return partition.high_watermark if partition is not None else 0
+            return partition.last_stable_offset if partition is not None else 0
 
         self.log_cleaner = LogCleaner(
             self.fs, self.clock, self._cleaner_config(), logs=self.log_manager.logs_with_dirs,

@@ -3,8 +3,8 @@
 Theory of operation. A cleaner thread picks the filthiest compacted log (`grab_filthiest`, on the owner's thread:
 dirty bytes over total bytes of the part that may be cleaned, above min.cleanable.dirty.ratio, or any dirty bytes
 once max.compaction.lag.ms has passed). The part that may be cleaned ends at the first of: the active segment, the
-segment holding the high watermark (Kafka's last stable offset, which transactions will lower), and the first
-segment younger than min.compaction.lag.ms. The thread then, off the event loop:
+segment holding the last stable offset (no undecided transaction is cleaned), and the first segment younger than
+min.compaction.lag.ms. The thread then, off the event loop:
 
 1. builds a map key -> latest offset over the dirty part (from the `cleaner-offset-checkpoint` on), as many keys as
    log.cleaner.dedupe.buffer.size allows (a full map just cleans less this pass);
@@ -31,10 +31,11 @@ skips a log while it is being cleaned. Every byte goes through the filesystem se
 128 records and allocates no per-record object the cyclic GC tracks, so the event loop hardly waits for it.
 
 Transactions: `CleanedTransactions` applies Kafka's rules for control batches and aborted data. The aborted
-transactions of the cleaned range come from the `.txnindex` files; until they exist the list is empty, so
-transactional data is treated as committed, and a COMMIT marker goes once its transaction's data is gone and its
-delete horizon passed. The cleaned segment's `.txnindex` is where `CleanedTransactions.kept_aborted` will be
-written.
+transactions of the range being mapped or rewritten come from the log's `.txnindex` files (`add_aborted`):
+their data is dropped (never in the offset map), an ABORT marker stays while data of its transaction does, a
+COMMIT marker while the cleaned range held its data, then until its own delete horizon. The aborted transactions
+whose data the cleaned segment still holds (`kept_aborted`) are its `.txnindex` (`.txnindex.cleaned`, swapped in
+with the rest).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from broker_runtime.log.fs import FileSystem
 from broker_runtime.log.index import OffsetIndex, TimeIndex
 from broker_runtime.log.partition_log import PartitionLog
 from broker_runtime.log.segment import NO_TIMESTAMP, LogSegment, file_name
+from broker_runtime.log.txn_index import AbortedTxn
 from broker_runtime.protocol.compression import compress, decompress
 from broker_runtime.protocol.records import (
     CONTROL_ABORT,
@@ -310,21 +312,11 @@ def _rebuilt_batch(
 
 
 @dataclass
-class AbortedTxn:
-    """One entry of a `.txnindex`: the aborted transaction of `producer_id` spanning [first, last] offsets."""
-
-    producer_id: int
-    first_offset: int
-    last_offset: int
-    last_stable_offset: int
-
-
-@dataclass
 class CleanedTransactions:
     """Kafka's CleanedTransactionMetadata: which transactional batches are aborted, and which markers may go.
 
-    `add_aborted` takes the aborted transactions of the range being cleaned (from the `.txnindex` files, once
-    transactions write them); aborted data is dropped, an ABORT marker stays while data of its transaction is
+    `add_aborted` takes the aborted transactions of the range being cleaned (from the `.txnindex` files); aborted
+    data is dropped, an ABORT marker stays while data of its transaction is
     still in the log, a COMMIT marker while the cleaned range held none of its data. `kept_aborted` lists the
     aborted transactions whose data remains: the cleaned segment's `.txnindex`."""
 
@@ -499,9 +491,7 @@ class _CleanedWriter:
     def __init__(self, fs: FileSystem, directory: Path, base_offset: int, plog: PartitionLog) -> None:
         self.fs, self.dir, self.base_offset = fs, directory, base_offset
         config = plog.config
-        self.paths = [
-            directory / (file_name(base_offset, s) + CLEANED_SUFFIX) for s in SEGMENT_FILE_SUFFIXES[:3]
-        ]
+        self.paths = [directory / (file_name(base_offset, s) + CLEANED_SUFFIX) for s in SEGMENT_FILE_SUFFIXES]
         self.handle = fs.open(self.paths[0])
         fs.truncate(self.handle, 0)
         self.offset_index = OffsetIndex(fs, self.paths[1], base_offset, config.segment_index_bytes)
@@ -522,8 +512,17 @@ class _CleanedWriter:
         self._since_entry += len(batch)
         self.size += len(batch)
 
-    def finish(self) -> None:
-        """Final time index entry, indexes written, everything fsynced (Kafka flushes before the swap)."""
+    def finish(self, aborted: list[AbortedTxn]) -> None:
+        """Final time index entry, indexes written (`aborted`: the `.txnindex`, if any), everything fsynced
+        (Kafka flushes before the swap)."""
+        if aborted:
+            handle = self.fs.open(self.paths[3])
+            try:
+                self.fs.truncate(handle, 0)
+                self.fs.append(handle, b"".join(txn.to_bytes() for txn in aborted))
+                self.fs.fsync(handle)
+            finally:
+                self.fs.close(handle)
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max)
         for index in (self.offset_index, self.time_index):
@@ -568,7 +567,11 @@ class Cleaner:
         plog = target.log
         sources = self.run_on_owner(lambda: self._open_sources(plog, target.first_uncleanable_offset))
         try:
-            transactions = CleanedTransactions()  # the txnindex of [first dirty, uncleanable) plugs in here
+            transactions = CleanedTransactions()
+            first_dirty, uncleanable = target.first_dirty_offset, target.first_uncleanable_offset
+            transactions.add_aborted(
+                self.run_on_owner(lambda: plog.aborted_transactions(first_dirty, uncleanable))
+            )
             dirty = [s for i, s in enumerate(sources)
                      if (sources[i + 1].segment.base_offset if i + 1 < len(sources) else target.first_uncleanable_offset)
                      > target.first_dirty_offset]  # fmt: skip
@@ -586,9 +589,16 @@ class Cleaner:
                 plog.config.segment_index_bytes // 8, plog.config.index_interval_bytes, target.first_uncleanable_offset,
             )  # fmt: skip
             by_segment = {id(s.segment): s for s in to_clean}
-            transactions = CleanedTransactions()
             active_producers = self.run_on_owner(lambda: _last_records_of_active_producers(plog))
+            bases = [s.segment.base_offset for s in sources] + [target.first_uncleanable_offset]
             for group in groups:
+                # Kafka's cleanSegments: the aborted transactions from the group's first offset to the next
+                # segment's base, one transaction state per cleaned segment.
+                start, upper = group[0].base_offset, bases[bases.index(group[-1].base_offset) + 1]
+                transactions = CleanedTransactions()
+                transactions.add_aborted(
+                    self.run_on_owner(lambda s=start, u=upper: plog.aborted_transactions(s, u))
+                )
                 self._clean_group(target, [by_segment[id(s)] for s in group], now_ms, transactions,
                                   active_producers, stats)  # fmt: skip
             return end_offset, stats
@@ -697,7 +707,7 @@ class Cleaner:
                     writer.append(out, out_header)
                     stats.bytes_written += len(out)
                     self.throttler.maybe_throttle(len(out))
-            writer.finish()
+            writer.finish(transactions.kept_aborted)
             self.fs.fsync_dir(plog.dir)  # the .cleaned names, before they are renamed
             self._check(plog)
             old = self.run_on_owner(lambda: self._swap(target, [s.segment for s in group], base))
