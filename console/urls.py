@@ -16,6 +16,9 @@ cluster_pages = [
     path("", cluster_views.overview, name="overview"),
     path("brokers/", cluster_views.broker_list, name="brokers"),
     path("brokers/add/", require_POST(cluster_views.broker_add), name="broker_add"),
+    path(
+        "brokers/self-healing/", require_POST(cluster_views.broker_self_healing), name="broker_self_healing"
+    ),
     path("brokers/<int:broker_id>/", cluster_views.broker_detail, name="broker"),
     path("topics/", topic_views.topic_list, name="topics"),
     path("topics/new/", topic_views.topic_create, name="topic_create"),

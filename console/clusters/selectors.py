@@ -101,6 +101,35 @@ def brokers(
     return sorted(rows.values(), key=lambda r: r.id), cluster_id, controller_id, disk_error
 
 
+def missing_brokers(cluster: Cluster) -> list[dict]:
+    """The brokers the failover watch last saw missing: since when, when the grace period ends (None when the
+    cluster has no failover), and the failover it started, if any."""
+    from datetime import timedelta
+
+    from console.operations.models import Kind, Operation
+
+    rows = []
+    for broker, since_iso in sorted(cluster.missing_brokers.items(), key=lambda kv: int(kv[0])):
+        since = datetime.fromisoformat(since_iso)
+        grace = cluster.failover_grace_s
+        failover = (
+            Operation.objects.filter(
+                cluster=cluster, kind=Kind.FAILOVER, params__broker=int(broker), created_at__gte=since
+            )
+            .order_by("-created_at")
+            .first()
+        )
+        rows.append(
+            {
+                "broker": int(broker),
+                "since": since,
+                "failover_at": since + timedelta(seconds=grace) if grace else None,
+                "failover": failover,
+            }
+        )
+    return rows
+
+
 def recent_events(managed: ManagedBroker, limit: int = 10) -> list[dict]:
     return [
         {"at": e.at, "kind": e.kind, "pid": e.pid, "exit_code": e.exit_code, "detail": e.detail}

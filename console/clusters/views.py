@@ -76,6 +76,7 @@ def broker_list(request, cluster):
         "controller_id": controller_id,
         "disk_error": disk_error,
         "managed": cluster.managed,
+        "missing": selectors.missing_brokers(cluster),
         "nav": "brokers",
     }
 
@@ -86,6 +87,34 @@ def broker_add(request, cluster):
         request,
         lambda: actions.do_add_broker(request.user, cluster, source="web"),
         success="Broker added: the supervisor starts it; a reassignment moves replicas onto it.",
+    )
+    return HttpResponseRedirect(reverse("brokers", args=[cluster.pk]))
+
+
+def _self_healing_changes(form) -> dict:
+    """The failover settings from the Brokers page's form: a grace period in seconds (empty: no failover) and
+    what a failed-over broker gets when it returns."""
+    grace = form.get("failover_grace_s", "").strip()
+    try:
+        grace_s = int(grace) if grace else None
+    except ValueError as exc:
+        raise Invalid("the grace period must be a whole number of seconds", field="failover_grace_s") from exc
+    if grace_s is not None and grace_s < 1:
+        raise Invalid("the grace period must be at least 1 second", field="failover_grace_s")
+    on_return = form.get("failover_on_return", "empty")
+    if on_return not in ("empty", "rebalance"):
+        raise Invalid("a returning broker rejoins empty or is rebalanced in", field="failover_on_return")
+    return {"failover_grace_s": grace_s, "failover_on_return": on_return}
+
+
+@page("clusters/brokers.html")
+def broker_self_healing(request, cluster):
+    run_action(
+        request,
+        lambda: actions.do_update_cluster(
+            request.user, cluster, changes=_self_healing_changes(request.POST), source="web"
+        ),
+        success="Failover settings saved.",
     )
     return HttpResponseRedirect(reverse("brokers", args=[cluster.pk]))
 

@@ -5,7 +5,10 @@ Each test provisions its own cluster (the test database is flushed between tests
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import re
 import signal
 import uuid
 
@@ -47,7 +50,12 @@ def steps(operation: Operation) -> list[str]:
     return [s["step"] for s in operation.steps]
 
 
-def test_reassignment_with_throttle_then_preferred_leader_election(managed, api):
+def logged_in(client, personas, persona: str):
+    client.force_login(personas[persona])
+    return client
+
+
+def test_reassignment_with_throttle_then_preferred_leader_election(managed, api, client, personas):
     managed.worker()
     topic = managed.create_topic(f"r-{uuid.uuid4().hex[:6]}", [[0, 1], [1, 2]])
     plan = {"version": 1, "partitions": [
@@ -68,6 +76,14 @@ def test_reassignment_with_throttle_then_preferred_leader_election(managed, api)
     ]}  # fmt: skip
     rows = {r["partition"]: r for r in created["summary"]["partitions"]}
     assert (rows[0]["removing"], rows[1]["adding"]) == ([0], [])
+    # the operator may take the plan under review as the start of another: the page links to the form, filled
+    page = logged_in(client, personas, "oscar").get(f"/operations/{created['id']}/").content.decode()
+    edit = re.search(r'id="edit-plan" href="([^"]+)"', page)
+    assert edit, page
+    form = client.get(html.unescape(edit.group(1))).content.decode()
+    textarea = html.unescape(re.search(r'<textarea id="plan"[^>]*>(.*?)</textarea>', form, re.S).group(1))
+    assert json.loads(textarea) == created["plan"]
+    assert 'name="throttle_bytes_per_s" type="number" min="1" value="10000000"' in form
     assert api("victor").post(f"/api/v1/operations/{created['id']}/approve/").status_code == 403
 
     approved = api("oscar").post(f"/api/v1/operations/{created['id']}/approve/")
@@ -135,12 +151,25 @@ def test_bad_proposals_are_refused_with_the_reason(managed, api):
     assert not Operation.objects.exists()
 
 
-def test_decommission_empties_stops_and_deregisters_a_broker(managed, api):
+def test_decommission_empties_stops_and_deregisters_a_broker(managed, api, client, personas):
     managed.worker()
     cluster = managed.cluster
     added = api("alice").post(f"/api/v1/clusters/{cluster.pk}/managed-brokers/", {}, format="json").json()
     wait_brokers(cluster, "running", ids=[3], supervisor=managed.supervisor)
-    created = propose(api, "alice", kind="decommission", cluster=cluster.pk, broker=added["broker_id"])
+    # the Brokers page offers admins a Decommission button per broker, which proposes it for review
+    assert (
+        "Decommission"
+        not in logged_in(client, personas, "victor").get(f"/clusters/{cluster.pk}/brokers/").content.decode()
+    )
+    page = logged_in(client, personas, "alice").get(f"/clusters/{cluster.pk}/brokers/").content.decode()
+    assert page.count("Decommission…") == 4
+    proposed = client.post(
+        "/operations/new/", {"cluster": cluster.pk, "kind": "decommission", "broker": added["broker_id"]}
+    )
+    assert proposed.status_code == 302, proposed.content
+    operation_id = int(proposed["Location"].rstrip("/").rsplit("/", 1)[1])
+    created = api("alice").get(f"/api/v1/operations/{operation_id}/").json()
+    assert (created["kind"], created["state"]) == ("decommission", "proposed")
     assert created["plan"] == {"version": 1, "partitions": []}  # a new broker holds nothing
     assert api("oscar").post(f"/api/v1/operations/{created['id']}/approve/").status_code == 403
     api("alice").post(f"/api/v1/operations/{created['id']}/approve/")
@@ -193,7 +222,7 @@ def test_a_killed_worker_is_resumed_by_another_without_a_second_submission_then_
     assert api("oscar").post(f"/api/v1/operations/{created['id']}/cancel/").status_code == 409
 
 
-def test_a_broker_dead_past_the_grace_period_gets_a_failover(managed, api):
+def test_a_broker_dead_past_the_grace_period_gets_a_failover(managed, api, client, personas):
     """The failover watch (beat's `watch_brokers`, called here as beat calls it) sees broker 2 missing, and once
     the grace period has passed proposes and starts a failover whose plan gives every partition of broker 2 a
     replica elsewhere, keeping its replication factor."""
@@ -220,6 +249,12 @@ def test_a_broker_dead_past_the_grace_period_gets_a_failover(managed, api):
 
     op = wait_for(failover_started, timeout=60, interval=0.5, what="a failover")
     assert op.created_by is None and op.params["broker"] == 2
+    brokers_page = logged_in(client, personas, "victor").get(
+        f"/clusters/{cluster.pk}/brokers/", HTTP_HX_REQUEST="true"
+    )
+    missing = re.search(r'id="missing-brokers".*?</ul>', brokers_page.content.decode(), re.S)
+    assert missing and "broker 2</strong> missing since" in missing.group(0), brokers_page.content
+    assert f"failover #{op.pk}" in missing.group(0)
     assert "2" in cluster.missing_brokers
     targets = {(p["topic"], p["partition"]): p["replicas"] for p in op.params["plan"]["partitions"]}
     assert set(targets) == {(topic, 0), (topic, 1)}  # partition 2 never lived on broker 2

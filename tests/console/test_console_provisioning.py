@@ -96,3 +96,35 @@ def test_the_local_cluster_of_make_up_serves_broker_metrics(clusters_dir):
     assert [provisioning.broker_properties(b)["odradek.metrics.listener"] for b in specs] == [
         "http://127.0.0.1:9644", "http://127.0.0.1:9645", "http://127.0.0.1:9646",
     ]  # fmt: skip
+
+
+def test_failover_settings_from_the_brokers_page(api, clusters_dir, client, personas):
+    from django.contrib.messages import get_messages
+
+    from console.audit.models import AuditEntry
+
+    cluster_id = (
+        api("alice").post("/api/v1/clusters/provision/", {"name": "h", "base_port": 35092}).json()["id"]
+    )
+    url = f"/clusters/{cluster_id}/brokers/self-healing/"
+    client.force_login(personas["oscar"])
+    assert client.post(url, {"failover_grace_s": "30"}).status_code == 403
+    client.force_login(personas["alice"])
+    saved = client.post(url, {"failover_grace_s": "30", "failover_on_return": "rebalance"})
+    assert saved.status_code == 302 and saved["Location"] == f"/clusters/{cluster_id}/brokers/"
+    cluster = Cluster.objects.get(pk=cluster_id)
+    assert (cluster.failover_grace_s, cluster.failover_on_return) == (30, "rebalance")
+    assert AuditEntry.objects.filter(action="cluster.update", outcome="ok", username="alice").exists()
+    for form, message in [
+        ({"failover_grace_s": "soon"}, "whole number of seconds"),
+        ({"failover_grace_s": "0"}, "at least 1 second"),
+        ({"failover_grace_s": "30", "failover_on_return": "reboot"}, "rejoins empty or is rebalanced in"),
+    ]:
+        response = client.post(url, form)
+        shown = [str(m) for m in get_messages(response.wsgi_request)]
+        assert any(message in m for m in shown), (form, shown)
+        cluster.refresh_from_db()
+        assert (cluster.failover_grace_s, cluster.failover_on_return) == (30, "rebalance")
+    client.post(url, {"failover_grace_s": "", "failover_on_return": "empty"})  # empty: failover off
+    cluster.refresh_from_db()
+    assert (cluster.failover_grace_s, cluster.failover_on_return) == (None, "empty")
