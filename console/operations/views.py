@@ -40,7 +40,23 @@ FORM_FIELDS = (
     "replication_factor",
     "broker",
     "throttle_bytes_per_s",
+    "partitions",
 )
+
+
+def _partitions(text: str) -> list[dict]:
+    """`orders-0, orders-3` as the API's [{"topic", "partition"}] (topic names may hold dashes)."""
+    chosen = []
+    for entry in (e.strip() for e in text.replace("\n", ",").split(",")):
+        if not entry:
+            continue
+        topic, _, number = entry.rpartition("-")
+        if not topic or not number.isdigit():
+            raise Invalid(
+                f"{entry!r} is not a partition: write topic-partition, as orders-0", field="partitions"
+            )
+        chosen.append({"topic": topic, "partition": int(number)})
+    return chosen
 
 
 def _proposal_request(form: dict[str, str]) -> dict:
@@ -61,6 +77,8 @@ def _proposal_request(form: dict[str, str]) -> dict:
         request["topics"] = [t.strip() for t in form["topics"].split(",") if t.strip()]
     if form["topic"]:
         request["topic"] = form["topic"]
+    if form["partitions"] and form["kind"] == "preferred_leader_election":
+        request["partitions"] = _partitions(form["partitions"])
     return request
 
 

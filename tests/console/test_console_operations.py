@@ -100,11 +100,16 @@ def test_reassignment_with_throttle_then_preferred_leader_election(managed, api,
         "operation.propose", "operation.approve",
     }  # fmt: skip
 
-    # partition 1's preferred replica is now broker 2, but broker 1 still leads it
-    election = propose(
-        api, "oscar", kind="preferred_leader_election", cluster=managed.cluster.pk,
-        partitions=[{"topic": topic, "partition": 1}],
-    )  # fmt: skip
+    # partition 1's preferred replica is now broker 2, but broker 1 still leads it; proposed from the web form
+    bad = client.post("/operations/new/", {"cluster": managed.cluster.pk, "kind": "preferred_leader_election",
+                                            "partitions": f"{topic}-first"})  # fmt: skip
+    flashes = re.search(r'<div class="flashes">.*?</div>\s*</div>', bad.content.decode(), re.S)
+    assert flashes and "is not a partition: write topic-partition" in flashes.group(0), bad.content.decode()[-3000:]
+    proposed = client.post("/operations/new/", {"cluster": managed.cluster.pk, "kind": "preferred_leader_election",
+                                                 "partitions": f"{topic}-1"})  # fmt: skip
+    assert proposed.status_code == 302, proposed.content
+    election = api("oscar").get(proposed["Location"].replace("/operations/", "/api/v1/operations/")).json()
+    assert election["kind"] == "preferred_leader_election"
     assert election["summary"]["partitions"] == [
         {"topic": topic, "partition": 1, "leader": 1, "preferred": 2}
     ]
