@@ -182,7 +182,9 @@ def _history(client, topic: str) -> list[bytes]:
     return [b"plain-0", b"committed-0", b"plain-1", b"committed-1", b"plain-2"]
 
 
-def test_real_consumers_at_read_committed_skip_aborted_records(client, new_topic, shared_broker, clients) -> None:
+def test_real_consumers_at_read_committed_skip_aborted_records(
+    client, new_topic, shared_broker, clients
+) -> None:
     topic = new_topic()
     visible = _history(client, topic)
     got = clients.confluent_consume(shared_broker.bootstrap, topic, len(visible),

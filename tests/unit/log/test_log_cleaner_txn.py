@@ -25,7 +25,9 @@ class Seq:
     def txn(self, plog, pid, records):
         seq = self.next.get(pid, 0)
         self.next[pid] = seq + len(records)
-        return produce(plog, records, producer_id=pid, producer_epoch=0, base_sequence=seq, transactional=True)
+        return produce(
+            plog, records, producer_id=pid, producer_epoch=0, base_sequence=seq, transactional=True
+        )
 
 
 def test_aborted_values_never_shadow_committed_ones_and_are_removed(fs, clock):
@@ -41,7 +43,9 @@ def test_aborted_values_never_shadow_committed_ones_and_are_removed(fs, clock):
     plog.roll()
     assert plog.aborted_transactions(0, plog.log_end_offset) == [AbortedTxn(A, 2, 5, 4)]
 
-    assert cleaner_for(fs, clock, plog, high_watermark=plog.last_stable_offset(plog.log_end_offset)).clean_now()
+    assert cleaner_for(
+        fs, clock, plog, high_watermark=plog.last_stable_offset(plog.log_end_offset)
+    ).clean_now()
     kept = {(k, v) for _, k, v in contents(plog)}
     assert (b"k1", b"base-1") in kept and (b"k2", b"base-2") in kept  # not shadowed by the aborted writes
     assert (b"k3", b"committed-3") in kept
