@@ -90,6 +90,8 @@ class CoordinatorTopic:
     commit_timeout_ms: int  # how long an append waits for the ISR
     compression_codec: int = CODEC_NONE
     topic_configs: Mapping[str, str] = field(default_factory=dict)  # configs the topic is created with
+    # How long a transaction marker's append waits for the ISR (Kafka: request.timeout.ms); None: commit timeout.
+    marker_timeout_ms: int | None = None
 
 
 def _estimated_size(append: Append) -> int:
@@ -458,14 +460,13 @@ class CoordinatorRuntime(Generic[S]):
         if batch is None:
             return None
         topic = self.topic.name
+        first = appends[0]
+        timeout_ms = self.topic.commit_timeout_ms
+        if first.marker_committed is not None and self.topic.marker_timeout_ms is not None:
+            timeout_ms = self.topic.marker_timeout_ms
         try:
             result = await self.broker.replica_manager.append(
-                topic,
-                handle.partition,
-                batch,
-                read_header(batch),
-                acks=-1,
-                timeout_ms=self.topic.commit_timeout_ms,
+                topic, handle.partition, batch, read_header(batch), acks=-1, timeout_ms=timeout_ms
             )
         except KafkaError as exc:
             log.warning("append to %s-%d failed: %s", topic, handle.partition, exc.error_code.name)
@@ -473,8 +474,12 @@ class CoordinatorRuntime(Generic[S]):
         except Exception:
             log.exception("append to %s-%d failed", topic, handle.partition)
             return ErrorCode.unknown_server_error
+        if getattr(result, "duplicate", False):
+            # The log took the batch for a retry of an earlier one and wrote nothing: replaying these records at
+            # that batch's offsets would corrupt the shard. Coordinator appends are never retries.
+            log.error("append to %s-%d was answered as a duplicate; nothing written", topic, handle.partition)
+            return ErrorCode.unknown_server_error
         if handle.status is ShardStatus.ACTIVE:
-            first = appends[0]
             if first.marker_committed is not None:
                 handle.shard.replay_end_txn(first.producer_id, first.marker_committed, result.base_offset)
                 return None

@@ -147,6 +147,21 @@ class OffsetCommitArgs:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnOffsetCommitArgs:
+    """TxnOffsetCommit: offsets a transactional producer commits for a group; they take effect with its
+    transaction's COMMIT marker. Member fields come with v3+ (KIP-447); older versions leave the defaults."""
+
+    group_id: str
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    offsets: tuple[CommitPartition, ...]
+    generation_id: int = NO_GENERATION
+    member_id: str = UNKNOWN_MEMBER_ID
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionError:
     topic: str
     partition: int

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from broker_runtime.coordinator.shard import Append, Record
+from broker_runtime.coordinator.shard import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Append, Record
 from broker_runtime.coordinator.timers import TimerQueue
 from broker_runtime.group.api import (
     GroupDescription,
@@ -60,6 +60,7 @@ from broker_runtime.group.api import (
     SyncGroupArgs,
     SyncGroupResult,
     TopicPartition,
+    TxnOffsetCommitArgs,
 )
 from broker_runtime.group.classic_group import ClassicGroup
 from broker_runtime.group.config import GroupCoordinatorConfig
@@ -87,10 +88,15 @@ OFFSETS_EXPIRY = "offsets-expiry"  # timer key (OFFSETS_EXPIRY,): the periodic c
 
 @dataclass
 class _LoadBuffer:
-    """Raw latest value per key while a partition loads; decoded once at the end."""
+    """Raw latest value per key while a partition loads; decoded once at the end.
+
+    Open transactions keep their records per producer: (value, offset, offset of a later plain tombstone of the
+    key or None). A tombstone removes what open transactions committed for its key (as live replay does), but the
+    producer's transaction stays open for the group until its marker.
+    """
 
     latest: dict[bytes, tuple[bytes | None, int]] = field(default_factory=dict)
-    pending_txn: dict[int, dict[bytes, tuple[bytes | None, int]]] = field(default_factory=dict)
+    pending_txn: dict[int, dict[bytes, tuple[bytes | None, int, int | None]]] = field(default_factory=dict)
 
 
 class GroupCoordinatorShard:
@@ -163,9 +169,13 @@ class GroupCoordinatorShard:
         """Apply one record of the partition (at `offset`); the only mutation of persisted state."""
         if self._load is not None:
             if transactional:
-                self._load.pending_txn.setdefault(producer_id, {})[key] = (value, offset)
+                self._load.pending_txn.setdefault(producer_id, {})[key] = (value, offset, None)
             else:
                 self._load.latest[key] = (value, offset)
+                if value is None:
+                    for pending in self._load.pending_txn.values():
+                        if key in pending:
+                            pending[key] = (*pending[key][:2], offset)
             return
         try:
             decoded = decode_key(key)
@@ -187,12 +197,19 @@ class GroupCoordinatorShard:
         if self._load is not None:
             pending = self._load.pending_txn.pop(producer_id, {})
             if committed:
-                for key, (value, record_offset) in pending.items():
+                for key, (value, record_offset, tombstoned_at) in pending.items():
                     current = self._load.latest.get(key)
-                    if current is None or current[1] < record_offset:
+                    if tombstoned_at is None and (current is None or current[1] < record_offset):
                         self._load.latest[key] = (value, record_offset)
             return
         self.offset_manager.replay_end_txn(producer_id, committed, offset)
+
+    def _forget_pending(self, key: bytes, producer_id: int) -> None:
+        decoded = decode_key(key)
+        if isinstance(decoded, OffsetCommitKey):
+            self.offset_manager.forget_pending(
+                producer_id, decoded.group, TopicPartition(decoded.topic, decoded.partition)
+            )
 
     def finish_load(self) -> None:
         """Decode what the load buffered, rebuild the groups, restart sessions and timers."""
@@ -201,8 +218,10 @@ class GroupCoordinatorShard:
         for key, (value, offset) in buffered.latest.items():
             self.replay(key, value, offset)
         for producer_id, pending in buffered.pending_txn.items():
-            for key, (value, offset) in pending.items():
+            for key, (value, offset, tombstoned_at) in pending.items():
                 self.replay(key, value, offset, producer_id=producer_id, transactional=True)
+                if tombstoned_at is not None:
+                    self._forget_pending(key, producer_id)
         self.group_manager.finish_load(self.offset_manager.group_ids())
         self._schedule_offsets_expiry()
 
@@ -246,6 +265,9 @@ class GroupCoordinatorShard:
 
     def commit_offsets(self, args: OffsetCommitArgs) -> Reply[tuple[PartitionError, ...]]:
         return self.offset_manager.commit_offsets(args)
+
+    def commit_transactional_offsets(self, args: TxnOffsetCommitArgs) -> Reply[tuple[PartitionError, ...]]:
+        return self.offset_manager.commit_transactional_offsets(args)
 
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None, require_stable: bool = False
@@ -308,9 +330,14 @@ class GroupCoordinatorShard:
         )
 
     def _write(
-        self, records: list[Record], on_done: Callable[[ErrorCode | None], None] | None = None
+        self,
+        records: list[Record],
+        on_done: Callable[[ErrorCode | None], None] | None = None,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
     ) -> None:
-        self._appends.append(Append(records, on_done, self.clock.time_ms()))
+        """Queue records (a transactional producer's when `producer_id` is set) for the runtime to append."""
+        self._appends.append(Append(records, on_done, self.clock.time_ms(), producer_id, producer_epoch))
 
     # ===================================================================================================
     # inspection (tests, tools)

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from broker_runtime.coordinator.shard import Record
+from broker_runtime.coordinator.shard import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record
 from broker_runtime.group.api import (
     UNKNOWN_MEMBER_ID,
+    CommitPartition,
     FetchedOffset,
     OffsetCommitArgs,
     OffsetDeleteResult,
@@ -29,10 +30,11 @@ from broker_runtime.group.api import (
     PartitionError,
     Reply,
     TopicPartition,
+    TxnOffsetCommitArgs,
 )
 from broker_runtime.group.classic_group import ClassicGroup
 from broker_runtime.group.config import GroupCoordinatorConfig
-from broker_runtime.group.group_metadata_manager import GroupMetadataManager, Write
+from broker_runtime.group.group_metadata_manager import GroupMetadataManager
 from broker_runtime.group.records import (
     CONSUMER_PROTOCOL_TYPE,
     NO_TIMESTAMP,
@@ -89,7 +91,7 @@ class OffsetMetadataManager:
         config: GroupCoordinatorConfig,
         clock,
         group_manager: GroupMetadataManager,
-        write: Write,
+        write: Callable[[list[Record], Callable[[ErrorCode | None], None] | None, int, int], None],
     ) -> None:
         self.partition = partition
         self.config = config
@@ -100,15 +102,22 @@ class OffsetMetadataManager:
         self.offsets: dict[str, dict[TopicPartition, OffsetEntry]] = {}
         # producer id -> (group, partition) -> (entry or None for a tombstone) of an open transaction
         self.pending_txn_offsets: dict[int, dict[tuple[str, TopicPartition], OffsetEntry | None]] = {}
+        # group -> producers with an open transaction that committed offsets for it (an index of the above,
+        # kept even when a tombstone emptied a producer's entries: the group lives until the marker)
+        self._open_transactions: dict[str, set[int]] = {}
 
     @property
     def groups(self) -> dict[str, ClassicGroup]:
         return self.group_manager.groups
 
     def _write(
-        self, records: list[Record], on_done: Callable[[ErrorCode | None], None] | None = None
+        self,
+        records: list[Record],
+        on_done: Callable[[ErrorCode | None], None] | None = None,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
     ) -> None:
-        self._write_records(records, on_done)
+        self._write_records(records, on_done, producer_id, producer_epoch)
 
     # ===================================================================================================
     # replay
@@ -119,12 +128,16 @@ class OffsetMetadataManager:
     ) -> None:
         tp = TopicPartition(key.topic, key.partition)
         if transactional:
-            self.pending_txn_offsets.setdefault(producer_id, {})[(key.group, tp)] = self._decode_offset(
-                value, offset
-            )
+            entry = self._decode_offset(value, offset)
+            self.pending_txn_offsets.setdefault(producer_id, {})[(key.group, tp)] = entry
+            self._open_transactions.setdefault(key.group, set()).add(producer_id)
             return
         if value is None:
             self._remove_offset(key.group, tp, offset)
+            # A tombstone (OffsetDelete, expiry, DeleteGroups) also removes what open transactions committed
+            # for the partition, as Kafka's OffsetMetadataManager.replay does.
+            for producer in self._open_transactions.get(key.group, ()):
+                self.pending_txn_offsets.get(producer, {}).pop((key.group, tp), None)
             return
         entry = self._decode_offset(value, offset)
         if entry is not None:
@@ -133,19 +146,42 @@ class OffsetMetadataManager:
     def replay_end_txn(self, producer_id: int, committed: bool, offset: int) -> None:
         """A transaction marker: the producer's pending offsets become committed, or are dropped."""
         pending_offsets = self.pending_txn_offsets.pop(producer_id, {})
+        for group_id in {g for g, _ in pending_offsets} | self._groups_of(producer_id):
+            producers = self._open_transactions.get(group_id)
+            if producers is not None:
+                producers.discard(producer_id)
+                if not producers:
+                    del self._open_transactions[group_id]
         if committed:
             for (group_id, tp), entry in pending_offsets.items():
                 if entry is None:
                     self._remove_offset(group_id, tp, offset)
                 else:
+                    # The most recent record wins when transactional and plain commits mix (`_put_offset`).
                     self._put_offset(group_id, tp, entry)
+
+    def forget_pending(self, producer_id: int, group_id: str, tp: TopicPartition) -> None:
+        """A tombstone removed this pending offset (replayed at load, where the tombstone came first)."""
+        self.pending_txn_offsets.get(producer_id, {}).pop((group_id, tp), None)
+
+    def _groups_of(self, producer_id: int) -> set[str]:
+        return {g for g, producers in self._open_transactions.items() if producer_id in producers}
 
     def group_ids(self) -> set[str]:
         """Groups with committed offsets or offsets pending in a transaction."""
-        return set(self.offsets) | {g for p in self.pending_txn_offsets.values() for g, _ in p}
+        return set(self.offsets) | set(self._open_transactions)
 
     def has_pending_transaction(self, group_id: str) -> bool:
-        return any(g == group_id for pending in self.pending_txn_offsets.values() for g, _ in pending)
+        """Whether an open transaction committed offsets for the group (Kafka keeps such a group alive)."""
+        return group_id in self._open_transactions
+
+    def _partitions_with_pending_txn(self, group_id: str) -> set[TopicPartition]:
+        return {
+            tp
+            for producer in self._open_transactions.get(group_id, ())
+            for g, tp in self.pending_txn_offsets.get(producer, {})
+            if g == group_id
+        }
 
     def on_partitions_deleted(self, doomed: set[TopicPartition]) -> None:
         """Topics were deleted: tombstone their committed offsets in every group (handleDeletedPartitions)."""
@@ -157,11 +193,13 @@ class OffsetMetadataManager:
                 )
 
     def delete_all_offsets(self, group_id: str) -> list[Record]:
-        """Tombstones for every committed offset of a group being deleted."""
-        return [
-            (encode_offset_commit_key(group_id, tp.topic, tp.partition), None)
-            for tp in self.offsets.get(group_id, {})
-        ]
+        """Tombstones for every offset of a group being deleted, committed or pending in a transaction."""
+        committed = self.offsets.get(group_id, {})
+        partitions = list(committed) + [
+            tp for tp in sorted(self._partitions_with_pending_txn(group_id), key=lambda tp: (tp.topic, tp.partition))
+            if tp not in committed
+        ]  # fmt: skip
+        return [(encode_offset_commit_key(group_id, tp.topic, tp.partition), None) for tp in partitions]
 
     # ===================================================================================================
     # expiry
@@ -210,27 +248,75 @@ class OffsetMetadataManager:
             # Commits count as liveness; during PreparingRebalance the heartbeat response tells it to rejoin.
             self.group_manager.schedule_session(group, group.members[args.member_id])
 
+        now = self.clock.time_ms()
+        expire = now + args.retention_time_ms if args.retention_time_ms >= 0 else NO_TIMESTAMP
+        return self._write_commits(args.group_id, args.offsets, now, expire, reply)
+
+    def commit_transactional_offsets(self, args: TxnOffsetCommitArgs) -> Reply[tuple[PartitionError, ...]]:
+        """TxnOffsetCommit: the offsets are written as the producer's transactional batch and stay pending (not
+        fetched, not expired; OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT) until its
+        transaction's marker commits or aborts them. The producer's epoch is checked by the log's producer
+        state when the batch is appended (INVALID_PRODUCER_EPOCH for a fenced producer), as in Kafka."""
+        reply: Reply[tuple[PartitionError, ...]] = Reply()
+
+        def fail_all(error: ErrorCode) -> Reply[tuple[PartitionError, ...]]:
+            reply.complete(tuple(PartitionError(p.topic, p.partition, error) for p in args.offsets))
+            return reply
+
+        if not args.group_id:
+            return fail_all(ErrorCode.invalid_group_id)
+        group = self.groups.get(args.group_id)
+        if group is None:
+            if args.generation_id >= 0:
+                return fail_all(ErrorCode.illegal_generation)
+            group = self.groups[args.group_id] = ClassicGroup(
+                args.group_id, state_timestamp=self.clock.time_ms()
+            )
+        # The group's state is not enforced for transactional commits (versions before 3 carry no member).
+        error = self._validate_commit(group, args, transactional=True)
+        if error is not None:
+            return fail_all(error)
+        return self._write_commits(
+            args.group_id, args.offsets, self.clock.time_ms(), NO_TIMESTAMP, reply,
+            producer_id=args.producer_id, producer_epoch=args.producer_epoch,
+        )  # fmt: skip
+
+    def _write_commits(
+        self,
+        group_id: str,
+        offsets: tuple[CommitPartition, ...],
+        now: int,
+        expire: int,
+        reply: Reply[tuple[PartitionError, ...]],
+        *,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+    ) -> Reply[tuple[PartitionError, ...]]:
+        """Queue the OffsetCommit records of a validated commit; the reply completes when they are appended."""
         limit = self.config.offset_metadata_max_bytes
         too_large = {
             (p.topic, p.partition)
-            for p in args.offsets
+            for p in offsets
             if p.metadata is not None and _java_length(p.metadata) > limit
         }
-        now = self.clock.time_ms()
-        expire = now + args.retention_time_ms if args.retention_time_ms >= 0 else NO_TIMESTAMP
         records: list[Record] = []
-        for p in args.offsets:
+        for p in offsets:
             if (p.topic, p.partition) in too_large:
                 continue
             value = OffsetCommitValue(p.offset, p.metadata or "", now, p.leader_epoch, expire)
             records.append(
                 (
-                    encode_offset_commit_key(args.group_id, p.topic, p.partition),
+                    encode_offset_commit_key(group_id, p.topic, p.partition),
                     encode_offset_commit_value(value),
                 )
             )
         if not records:
-            return fail_all(ErrorCode.offset_metadata_too_large)
+            reply.complete(
+                tuple(
+                    PartitionError(p.topic, p.partition, ErrorCode.offset_metadata_too_large) for p in offsets
+                )
+            )
+            return reply
 
         def on_done(append_error: ErrorCode | None) -> None:
             error = ErrorCode.none if append_error is None else offset_append_error(append_error)
@@ -241,15 +327,18 @@ class OffsetMetadataManager:
                         p.partition,
                         ErrorCode.offset_metadata_too_large if (p.topic, p.partition) in too_large else error,
                     )
-                    for p in args.offsets
+                    for p in offsets
                 )
             )
 
-        self._write(records, on_done)
+        self._write(records, on_done, producer_id, producer_epoch)
         return reply
 
     @staticmethod
-    def _validate_commit(group: ClassicGroup, args: OffsetCommitArgs) -> ErrorCode | None:
+    def _validate_commit(
+        group: ClassicGroup, args: OffsetCommitArgs | TxnOffsetCommitArgs, *, transactional: bool = False
+    ) -> ErrorCode | None:
+        """Kafka's ClassicGroup.validateOffsetCommit."""
         if group.is_in(GroupState.DEAD):
             return ErrorCode.coordinator_not_available
         if args.generation_id < 0 and group.is_in(GroupState.EMPTY):
@@ -265,7 +354,7 @@ class OffsetMetadataManager:
             if args.generation_id != group.generation_id:
                 return ErrorCode.illegal_generation
             return None
-        if not group.is_in(GroupState.EMPTY):
+        if not transactional and not group.is_in(GroupState.EMPTY):
             return ErrorCode.unknown_member_id  # only members commit for a group that has members
         return None
 
@@ -296,9 +385,6 @@ class OffsetMetadataManager:
                 )
         return OffsetFetchResult(ErrorCode.none, tuple(results))
 
-    def _partitions_with_pending_txn(self, group_id: str) -> set[TopicPartition]:
-        return {tp for pending in self.pending_txn_offsets.values() for g, tp in pending if g == group_id}
-
     def delete_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition]
     ) -> Reply[OffsetDeleteResult]:
@@ -326,10 +412,12 @@ class OffsetMetadataManager:
             return reply
 
         committed = self.offsets.get(group_id, {})
+        pending = self._partitions_with_pending_txn(group_id)
+        # A tombstone also removes what open transactions committed for the partition.
         records: list[Record] = [
             (encode_offset_commit_key(group_id, tp.topic, tp.partition), None)
             for tp in eligible
-            if tp in committed
+            if tp in committed or tp in pending
         ]
         remaining = set(committed) - set(eligible)
         records += self.group_manager.maybe_retire_group(

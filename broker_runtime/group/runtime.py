@@ -31,6 +31,7 @@ def offsets_topic(config) -> CoordinatorTopic:
         load_buffer_bytes=config["offsets.load.buffer.size"],
         commit_timeout_ms=config["offsets.commit.timeout.ms"],
         compression_codec=config["offsets.topic.compression.codec"],
+        marker_timeout_ms=config["request.timeout.ms"],
         topic_configs={
             "cleanup.policy": "compact",
             "segment.bytes": str(config["offsets.topic.segment.bytes"]),

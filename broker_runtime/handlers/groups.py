@@ -29,6 +29,7 @@ from broker_runtime.group.api import (
     SyncGroupArgs,
     SyncGroupResult,
     TopicPartition,
+    TxnOffsetCommitArgs,
 )
 from broker_runtime.group.records import OFFSETS_TOPIC, partition_for
 from broker_runtime.handlers.context import RequestContext
@@ -315,6 +316,59 @@ async def handle_offset_commit(ctx: RequestContext, request) -> object:
     )  # fmt: skip
 
 
+async def handle_txn_offset_commit(ctx: RequestContext, request) -> object:
+    """TxnOffsetCommit v0-4: offsets a transactional producer commits for a group, pending until its transaction
+    ends (`OffsetMetadataManager.commit_transactional_offsets`). Member fields come with v3 (KIP-447)."""
+    types = ctx.response_types()
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    order: list[tuple[str, int]] = []
+    valid: list[CommitPartition] = []
+    for t in request.topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            order.append(tp)
+            if not _partition_exists(ctx, t.name, p.partition_index):
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+                continue
+            valid.append(
+                CommitPartition(
+                    t.name, p.partition_index, p.committed_offset,
+                    getattr(p, "committed_leader_epoch", -1), p.committed_metadata,
+                )
+            )  # fmt: skip
+    if valid:
+        args = TxnOffsetCommitArgs(
+            group_id=request.group_id,
+            transactional_id=request.transactional_id,
+            producer_id=request.producer_id,
+            producer_epoch=request.producer_epoch,
+            offsets=tuple(valid),
+            generation_id=getattr(request, "generation_id", -1),
+            member_id=getattr(request, "member_id", ""),
+            group_instance_id=getattr(request, "group_instance_id", None),
+        )
+        try:
+            results = await _run(ctx, args.group_id, lambda shard: shard.commit_transactional_offsets(args))
+            for r in results:
+                errors[(r.topic, r.partition)] = r.error
+        except KafkaError as exc:
+            for p in valid:
+                errors[(p.topic, p.partition)] = exc.error_code
+    by_topic: dict[str, list] = {}
+    for topic, partition in dict.fromkeys(order):
+        by_topic.setdefault(topic, []).append(
+            make(
+                types.TxnOffsetCommitResponsePartition,
+                partition_index=partition,
+                error_code=errors[(topic, partition)],
+            )
+        )
+    return make(
+        types.TxnOffsetCommitResponse, throttle_time=_ZERO,
+        topics=tuple(make(types.TxnOffsetCommitResponseTopic, name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+    )  # fmt: skip
+
+
 async def _fetch_group(
     ctx: RequestContext, group_id: str, topics, require_stable: bool
 ) -> tuple[ErrorCode, OffsetFetchResult | None, list[TopicPartition] | None]:
@@ -501,6 +555,7 @@ GROUP_HANDLERS: dict[int, Handler] = {
     ApiKey.OFFSET_COMMIT: handle_offset_commit,
     ApiKey.OFFSET_FETCH: handle_offset_fetch,
     ApiKey.OFFSET_DELETE: handle_offset_delete,
+    ApiKey.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
     ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
     ApiKey.LIST_GROUPS: handle_list_groups,
     ApiKey.DELETE_GROUPS: handle_delete_groups,
@@ -519,6 +574,7 @@ GROUP_API_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_COMMIT: (2, 9),
     ApiKey.OFFSET_FETCH: (1, 9),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),

@@ -24,6 +24,7 @@ from broker_runtime.group.api import (
     SyncGroupArgs,
     SyncGroupResult,
     TopicPartition,
+    TxnOffsetCommitArgs,
 )
 from broker_runtime.group.coordinator import GroupCoordinatorConfig, GroupCoordinatorShard
 
@@ -76,6 +77,9 @@ class LoggedRecord:
     key: bytes
     value: bytes | None
     offset: int
+    producer_id: int = -1
+    transactional: bool = False
+    marker_committed: bool | None = None  # a transaction marker (COMMIT/ABORT control record) of producer_id
 
 
 class ShardDriver:
@@ -116,11 +120,37 @@ class ShardDriver:
                 append.on_done(self.fail_appends_with)
             return
         for key, value in append.records:
-            record = LoggedRecord(key, value, len(self.log))
+            record = LoggedRecord(key, value, len(self.log), append.producer_id, append.is_transactional)
             self.log.append(record)
-            self.shard.replay(key, value, record.offset)
+            self.shard.replay(
+                key,
+                value,
+                record.offset,
+                producer_id=append.producer_id,
+                transactional=append.is_transactional,
+            )
         if append.on_done is not None:
             append.on_done(None)
+
+    def end_txn(self, producer_id: int, committed: bool) -> None:
+        """A transaction marker written to the partition (what the runtime's complete_transaction does)."""
+        record = LoggedRecord(b"", None, len(self.log), producer_id, True, committed)
+        self.log.append(record)
+        self.shard.replay_end_txn(producer_id, committed, record.offset)
+        self.flush()
+
+    def reload(self) -> GroupCoordinatorShard:
+        """A new shard for the same partition, loaded from everything in the log (markers included)."""
+        shard = GroupCoordinatorShard(0, self.config, self.clock)
+        for r in self.log:
+            if r.marker_committed is not None:
+                shard.replay_end_txn(r.producer_id, r.marker_committed, r.offset)
+            else:
+                shard.replay(
+                    r.key, r.value, r.offset, producer_id=r.producer_id, transactional=r.transactional
+                )
+        shard.finish_load()
+        return shard
 
     def advance(self, ms: int) -> None:
         """Let time pass in small steps so that timers fire at their deadlines, in order."""
@@ -193,6 +223,38 @@ class ShardDriver:
         if not reply.done:
             return {}
         return {(e.topic, e.partition): e.error for e in reply.result()}
+
+    def txn_commit(
+        self,
+        group_id: str,
+        producer_id: int,
+        offsets: dict[tuple[str, int], int],
+        *,
+        producer_epoch: int = 0,
+        generation: int = -1,
+        member_id: str = "",
+        instance_id: str | None = None,
+        metadata: str = "",
+    ) -> dict[tuple[str, int], ErrorCode]:
+        args = TxnOffsetCommitArgs(
+            group_id, f"txn-{producer_id}", producer_id, producer_epoch,
+            tuple(CommitPartition(t, p, o, metadata=metadata) for (t, p), o in offsets.items()),
+            generation_id=generation, member_id=member_id, group_instance_id=instance_id,
+        )  # fmt: skip
+        reply = self.shard.commit_transactional_offsets(args)
+        self.flush()
+        if not reply.done:
+            return {}
+        return {(e.topic, e.partition): e.error for e in reply.result()}
+
+    def fetch_stable(self, group_id: str, *partitions: tuple[str, int]) -> dict[tuple[str, int], object]:
+        """OffsetFetch with require_stable: the offset, or the error (UNSTABLE_OFFSET_COMMIT) per partition."""
+        wanted = [TopicPartition(t, p) for t, p in partitions] if partitions else None
+        result = self.shard.fetch_offsets(group_id, wanted, require_stable=True)
+        return {
+            (o.topic, o.partition): o.offset if o.error is ErrorCode.none else o.error
+            for o in result.partitions
+        }
 
     def committed(self, group_id: str, *partitions: tuple[str, int]) -> dict[tuple[str, int], int]:
         wanted = [TopicPartition(t, p) for t, p in partitions] if partitions else None

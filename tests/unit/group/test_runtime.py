@@ -50,6 +50,7 @@ def broker_config() -> dict:
         "offsets.topic.num.partitions": PARTITIONS,
         "offsets.topic.replication.factor": 1,
         "offsets.topic.segment.bytes": 1 << 20,
+        "request.timeout.ms": 30_000,
     }
 
 

@@ -46,6 +46,7 @@ KAFKA_3_9_ZK_MAXIMA = {
     ApiKey.DESCRIBE_CLUSTER: 1,
     ApiKey.WRITE_TXN_MARKERS: 1,
     ApiKey.DESCRIBE_PRODUCERS: 0,
+    ApiKey.TXN_OFFSET_COMMIT: 4,
 }
 # Kafka 4.0's raised minimums (KIP-896), where kio no longer has the older schemas; Produce stays at 0.
 KAFKA_4_0_MINIMA = {

@@ -1,0 +1,177 @@
+"""Transactional offset commits at the group coordinator, spoken raw (kio-encoded) to a broker process: every
+TxnOffsetCommit version leaves its offsets pending (OffsetFetch with require_stable answers
+UNSTABLE_OFFSET_COMMIT, without it the last committed offset); pending offsets survive a restart, which
+replays the transactional batches from `__consumer_offsets`; a WriteTxnMarkers COMMIT for the group's
+`__consumer_offsets` partition (the group coordinator's complete_transaction) makes them visible, an ABORT drops
+them, and a restart replays the markers to the same result. Client libraries' transactions are exercised end
+to end by the transaction tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+
+import pytest
+from group_harness import GROUP_BROKER_OVERRIDES, produce_spread
+from kio.index import load_entity_module, load_request_schema
+from kio.schema.errors import ErrorCode as E
+from kio.static.constants import EntityType
+
+from broker_runtime.group.records import OFFSETS_TOPIC, partition_for
+from broker_runtime.handlers.groups import GROUP_API_VERSIONS
+from broker_runtime.protocol.apis import ApiKey
+
+OFFSETS_PARTITIONS = int(GROUP_BROKER_OVERRIDES["offsets.topic.num.partitions"])
+
+
+def build(api_key: int, version: int, **values):
+    """A request of `version`, keeping only the fields that version has."""
+    cls = load_request_schema(api_key, version)
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def nested(api: str, version: int, cls_name: str, **values):
+    cls = getattr(load_entity_module(api, version, EntityType.request), cls_name)
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+@pytest.fixture(scope="module")
+def txn_broker(broker_logs_dir, helpers):
+    broker = helpers.new_broker(broker_logs_dir, "group-transactions", GROUP_BROKER_OVERRIDES)
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def wait_for_coordinator(client, group: str) -> None:
+    """FindCoordinator until the group's coordinator serves (__consumer_offsets is created on first use)."""
+    deadline = time.monotonic() + 30
+    while True:
+        found = client.call(build(ApiKey.FIND_COORDINATOR, 3, key=group, key_type=0))
+        if found.error_code == E.none:
+            fetched = fetch(client, group, "any-topic", require_stable=False)
+            if fetched[0] != E.coordinator_load_in_progress:
+                return
+        assert time.monotonic() < deadline, f"no coordinator for {group}: {found}"
+        time.sleep(0.05)
+
+
+def commit(client, group: str, topic: str, offset: int) -> E:
+    partition = nested("offset_commit", 8, "OffsetCommitRequestPartition", partition_index=0,
+                       committed_offset=offset, committed_leader_epoch=-1, committed_metadata="")  # fmt: skip
+    topics = (nested("offset_commit", 8, "OffsetCommitRequestTopic", name=topic, partitions=(partition,)),)
+    response = client.call(build(ApiKey.OFFSET_COMMIT, 8, group_id=group, generation_id_or_member_epoch=-1,
+                                 member_id="", group_instance_id=None, topics=topics))  # fmt: skip
+    return response.topics[0].partitions[0].error_code
+
+
+def txn_commit(client, version: int, group: str, producer_id: int, topic: str, offset: int) -> E:
+    api = "txn_offset_commit"
+    partition = nested(api, version, "TxnOffsetCommitRequestPartition", partition_index=0, committed_offset=offset,
+                       committed_leader_epoch=-1, committed_metadata=f"txn-v{version}")  # fmt: skip
+    topics = (nested(api, version, "TxnOffsetCommitRequestTopic", name=topic, partitions=(partition,)),)
+    response = client.call(build(
+        ApiKey.TXN_OFFSET_COMMIT, version, transactional_id=f"tx-{producer_id}", group_id=group,
+        producer_id=producer_id, producer_epoch=0, generation_id=-1, member_id="", group_instance_id=None,
+        topics=topics,
+    ))  # fmt: skip
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in response.topics] == [(topic, [0])]
+    return response.topics[0].partitions[0].error_code
+
+
+def fetch(client, group: str, topic: str, *, require_stable: bool) -> tuple[E, int]:
+    """OffsetFetch v7 (the last single-group version with require_stable): (error, offset) of partition 0."""
+    wanted = (nested("offset_fetch", 7, "OffsetFetchRequestTopic", name=topic, partition_indexes=(0,)),)
+    response = client.call(
+        build(ApiKey.OFFSET_FETCH, 7, group_id=group, topics=wanted, require_stable=require_stable)
+    )
+    if response.error_code != E.none:
+        return response.error_code, -1
+    part = response.topics[0].partitions[0]
+    return part.error_code, part.committed_offset
+
+
+def test_transactional_offsets_stay_pending_in_every_version_and_across_a_restart(txn_broker, raw, new_topic):
+    topic = new_topic(1, broker=txn_broker)
+    produce_spread(txn_broker.bootstrap, topic, 1, 3)
+    low, high = GROUP_API_VERSIONS[ApiKey.TXN_OFFSET_COMMIT]
+    assert (low, high) == (0, 4)  # Kafka 3.9's range
+    run = uuid.uuid4().int % 10**9
+    groups = {v: f"txn-v{v}-{run}" for v in range(low, high + 1)}
+    with raw.RawClient.to(txn_broker, timeout=30) as client:
+        for version, group in groups.items():
+            wait_for_coordinator(client, group)
+            assert commit(client, group, topic, 1) == E.none
+            assert txn_commit(client, version, group, run * 10 + version, topic, 100 + version) == E.none
+            assert fetch(client, group, topic, require_stable=True) == (E.unstable_offset_commit, -1)
+            assert fetch(client, group, topic, require_stable=False) == (E.none, 1)
+        # Offsets of a topic that does not exist are refused per partition, and nothing is written for them.
+        assert (
+            txn_commit(client, high, groups[high], run * 10, "no-such-topic", 5)
+            == E.unknown_topic_or_partition
+        )
+
+    txn_broker.restart()  # the new coordinator loads __consumer_offsets, transactional batches included
+    with raw.RawClient.to(txn_broker, timeout=30) as client:
+        for version, group in groups.items():
+            wait_for_coordinator(client, group)
+            assert fetch(client, group, topic, require_stable=True) == (E.unstable_offset_commit, -1), version
+            assert fetch(client, group, topic, require_stable=False) == (E.none, 1), version
+
+
+def write_marker(client, producer_id: int, committed: bool, partition: int) -> E:
+    """WriteTxnMarkers v1, as a transaction coordinator sends it, for one `__consumer_offsets` partition."""
+    topic = nested(
+        "write_txn_markers", 1, "WritableTxnMarkerTopic", name=OFFSETS_TOPIC, partition_indexes=(partition,)
+    )
+    marker = nested("write_txn_markers", 1, "WritableTxnMarker", producer_id=producer_id, producer_epoch=0,
+                    transaction_result=committed, topics=(topic,), coordinator_epoch=0)  # fmt: skip
+    response = client.call(build(ApiKey.WRITE_TXN_MARKERS, 1, markers=(marker,)))
+    (result,) = response.markers
+    assert result.producer_id == producer_id
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in result.topics] == [
+        (OFFSETS_TOPIC, [partition])
+    ]
+    return result.topics[0].partitions[0].error_code
+
+
+def test_markers_commit_or_drop_pending_offsets_and_a_restart_replays_them(txn_broker, raw, new_topic):
+    topic = new_topic(1, broker=txn_broker)
+    produce_spread(txn_broker.bootstrap, topic, 1, 3)
+    run = uuid.uuid4().int % 10**9
+    # producer id -> (group, commits?): two producers share a group, their transactions end differently.
+    plan = {
+        run * 10 + 1: (f"m-a-{run}", True),
+        run * 10 + 2: (f"m-a-{run}", False),
+        run * 10 + 3: (f"m-b-{run}", False),
+    }
+    offsets = {pid: 1000 + i for i, pid in enumerate(plan)}
+    with raw.RawClient.to(txn_broker, timeout=30) as client:
+        for group in sorted({group for group, _ in plan.values()}):
+            wait_for_coordinator(client, group)
+            assert commit(client, group, topic, 7) == E.none
+        for pid, (group, _) in plan.items():
+            assert txn_commit(client, 4, group, pid, topic, offsets[pid]) == E.none
+        for pid, (group, committed) in plan.items():
+            assert write_marker(client, pid, committed, partition_for(group, OFFSETS_PARTITIONS)) == E.none
+        assert fetch(client, f"m-a-{run}", topic, require_stable=True) == (E.none, offsets[run * 10 + 1])
+        assert fetch(client, f"m-b-{run}", topic, require_stable=True) == (
+            E.none,
+            7,
+        )  # aborted: the plain one
+        # A second marker for the same transaction (the coordinator retrying) changes nothing.
+        assert (
+            write_marker(client, run * 10 + 1, True, partition_for(f"m-a-{run}", OFFSETS_PARTITIONS))
+            == E.none
+        )
+        assert fetch(client, f"m-a-{run}", topic, require_stable=True) == (E.none, offsets[run * 10 + 1])
+
+    txn_broker.restart(kill=True)  # recovery, then the load replays the batches and markers in log order
+    with raw.RawClient.to(txn_broker, timeout=30) as client:
+        wait_for_coordinator(client, f"m-a-{run}")
+        wait_for_coordinator(client, f"m-b-{run}")
+        assert fetch(client, f"m-a-{run}", topic, require_stable=True) == (E.none, offsets[run * 10 + 1])
+        assert fetch(client, f"m-b-{run}", topic, require_stable=True) == (E.none, 7)
