@@ -60,6 +60,7 @@ class FakePartition:
 @dataclass
 class AppendResult:
     base_offset: int
+    duplicate: bool = False
 
 
 class FakeReplicaManager:
@@ -69,6 +70,7 @@ class FakeReplicaManager:
         self.listeners: list[Any] = []
         self.fail_with: ErrorCode | None = None
         self.gate: asyncio.Event | None = None  # when set, appends wait for it
+        self.answer_duplicate = False  # answer as the log answers a retried batch: an earlier batch's offsets
         self.appended_batches = 0
 
     def add_leadership_listener(self, fn) -> None:
@@ -88,6 +90,8 @@ class FakeReplicaManager:
             await self.gate.wait()
         if self.fail_with is not None:
             raise KafkaError(self.fail_with)
+        if self.answer_duplicate:
+            return AppendResult(0, duplicate=True)
         self.appended_batches += 1
         partition = self.partitions[index]
         base = partition.log.append(batch)

@@ -211,3 +211,18 @@ def test_a_marker_whose_append_fails_answers_the_append_error_and_applies_nothin
         await runtime.stop()
 
     run(scenario())
+
+
+def test_a_batch_the_log_took_for_a_retry_is_not_replayed() -> None:
+    async def scenario():
+        broker, runtime = await started()
+        broker.replica_manager.lead(0)
+        await until(lambda: runtime.is_active(0), "the load")
+        broker.replica_manager.answer_duplicate = True
+        assert await runtime.call_on(0, lambda s: s.put(b"k", b"v", producer_id=4, producer_epoch=0)) is (
+            E.unknown_server_error
+        )
+        assert runtime.active_shards()[0].pending == {}
+        await runtime.stop()
+
+    run(scenario())
