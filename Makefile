@@ -62,6 +62,7 @@ bench: install
 	$(PY) bench/run.py
 	$(PY) bench/jobs_bench.py
 	$(PY) bench/cleaner_bench.py
+	$(PY) bench/txn_bench.py
 	$(PY) bench/console.py
 	$(PY) bench/lag_sampler.py
 	$(PY) bench/operations.py
