@@ -6,15 +6,11 @@ read_uncommitted one, which sees aborted records as Kafka's does)."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 
 import pytest
-from kio.index import load_request_schema
-from kio.schema.errors import ErrorCode as E
-
-from broker_runtime.protocol.apis import ApiKey
+from txn_harness import describe_transaction, read_all, values, wait_for_state
 
 HERE = Path(__file__).resolve().parent
 PROCESSOR = HERE / "txn_processor.py"
@@ -51,58 +47,6 @@ def new_topic(clients, bootstrap: str, partitions: int = 3) -> str:
     name = f"txn-{uuid.uuid4().hex[:10]}"
     clients.create_topic(bootstrap, name, partitions)
     return name
-
-
-def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple[int, int, bytes]]:
-    """(partition, offset, value) of every record a consumer with `isolation` reads up to the partitions' ends
-    (the last stable offset for read_committed)."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-        "isolation.level": isolation, "enable.partition.eof": True,
-    })  # fmt: skip
-    try:
-        partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        at_end: set[int] = set()
-        got = []
-        deadline = time.monotonic() + DEADLINE_S
-        while at_end != set(partitions):
-            assert time.monotonic() < deadline, f"{topic}: only partitions {at_end} reached their end"
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            if message.error():
-                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                at_end.add(message.partition())
-                continue
-            at_end.discard(message.partition())
-            got.append((message.partition(), message.offset(), message.value()))
-        return got
-    finally:
-        consumer.close()
-
-
-def values(records) -> list[bytes]:
-    return sorted(value for _, _, value in records)
-
-
-def describe_transaction(broker, raw, transactional_id: str):
-    request_type = load_request_schema(ApiKey.DESCRIBE_TRANSACTIONS, 0)
-    with raw.RawClient.to(broker, timeout=30) as client:
-        (state,) = client.call(request_type(transactional_ids=(transactional_id,))).transaction_states
-    return state
-
-
-def wait_for_state(broker, raw, transactional_id: str, wanted: str):
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        state = describe_transaction(broker, raw, transactional_id)
-        if state.error_code == E.none and state.transaction_state == wanted:
-            return state
-        assert time.monotonic() < deadline, f"{transactional_id} stays {state}"
-        time.sleep(0.1)
 
 
 # --- commit and abort, each client --------------------------------------------------------------------------

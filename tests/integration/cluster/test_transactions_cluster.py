@@ -1,0 +1,139 @@
+"""Transactions across a three-broker cluster: markers reach partitions led by other brokers (WriteTxnMarkers),
+an open transaction survives the death of its coordinator, and a transaction decided just before its coordinator
+died is completed by the next coordinator, whose markers follow the partition's leadership to a new leader."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+from txn_harness import read_all, values, wait_for_state
+
+from broker_runtime.txn.records import TRANSACTION_STATE_TOPIC, transaction_partition
+
+pytestmark = pytest.mark.odradek_only
+
+TXN_PARTITIONS = 3
+
+
+def make_cluster(cluster_factory):
+    return cluster_factory(
+        transaction_state_log_num_partitions=TXN_PARTITIONS,
+        transaction_state_log_replication_factor=3,
+        transaction_state_log_min_isr=2,
+        offsets_topic_num_partitions=3,
+        offsets_topic_replication_factor=3,
+        min_insync_replicas=2,
+        # A paused follower leaves the ISR quickly, so appends that wait for the ISR go on without it.
+        replica_lag_time_max_ms=3000,
+    )
+
+
+def transactional_producer(c, tid: str, **config) -> Producer:
+    producer = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": tid, **config})
+    producer.init_transactions(60)
+    return producer
+
+
+def coordinator_of(c, tid: str) -> int:
+    """The broker leading the transactional id's `__transaction_state` partition."""
+    return c.partition_state(TRANSACTION_STATE_TOPIC, transaction_partition(tid, TXN_PARTITIONS))["leader"]
+
+
+def live(c) -> list:
+    return [b for b in c.brokers.values() if b.alive]
+
+
+def test_markers_reach_the_leaders_of_every_partition(cluster_factory, raw) -> None:
+    c = make_cluster(cluster_factory)
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    c.create_topic(topic, 6, 3)
+    c.wait_for_leaders(topic, 6)
+    leaders = {c.partition_state(topic, p)["leader"] for p in range(6)}
+    assert len(leaders) > 1, "the partitions' leaders are spread over the brokers"
+    tid = f"spread-{uuid.uuid4().hex[:8]}"
+    producer = transactional_producer(c, tid)
+    expected = []
+    for round_, commit in enumerate([True, False, True]):
+        producer.begin_transaction()
+        batch = [f"r{round_}-{p}".encode() for p in range(6)]
+        for p, value in enumerate(batch):
+            producer.produce(topic, value=value, partition=p)
+        if commit:
+            producer.commit_transaction(60)
+            expected += batch
+        else:
+            producer.flush(60)
+            producer.abort_transaction(60)
+    assert values(read_all(c.bootstrap, topic)) == sorted(expected)
+    assert len(read_all(c.bootstrap, topic, "read_uncommitted")) == 18
+    state = wait_for_state(live(c), raw, tid, "CompleteCommit")
+    assert state.topics == ()  # every marker written
+
+
+def test_an_open_transaction_survives_its_coordinators_death(cluster_factory, raw) -> None:
+    c = make_cluster(cluster_factory)
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    c.create_topic(topic, 3, 3)
+    c.wait_for_leaders(topic, 3)
+    tid = f"open-{uuid.uuid4().hex[:8]}"
+    producer = transactional_producer(c, tid)
+    producer.begin_transaction()
+    batch = [f"v{p}".encode() for p in range(3)]
+    for p, value in enumerate(batch):
+        producer.produce(topic, value=value, partition=p)
+    assert producer.flush(60) == 0
+
+    coordinator = coordinator_of(c, tid)
+    c.brokers[coordinator].kill()
+    txn_partition = transaction_partition(tid, TXN_PARTITIONS)
+    c.wait_for(lambda: c.partition_state(TRANSACTION_STATE_TOPIC, txn_partition)["leader"] not in (coordinator, -1),
+               "a new leader of the transaction's __transaction_state partition")  # fmt: skip
+    # The client finds the new coordinator, which loaded the Ongoing transaction with its partitions.
+    producer.commit_transaction(60)
+    assert values(read_all(c.bootstrap, topic)) == sorted(batch)
+    assert wait_for_state(live(c), raw, tid, "CompleteCommit").producer_epoch == 0
+    c.restart(coordinator)
+
+
+def test_a_decided_transaction_is_completed_by_the_next_coordinator(cluster_factory, raw) -> None:
+    c = make_cluster(cluster_factory)
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    c.create_topic(topic, 1, 3)
+    c.wait_for_leaders(topic, 1)
+    data_leader = c.partition_state(topic, 0)["leader"]
+    # A transactional id whose coordinator is not the data partition's leader (the first InitProducerId
+    # creates __transaction_state).
+    transactional_producer(c, f"probe-{uuid.uuid4().hex[:6]}")
+    c.wait_for_leaders(TRANSACTION_STATE_TOPIC, TXN_PARTITIONS)
+    tid = next(t for t in (f"decided-{i}-{uuid.uuid4().hex[:6]}" for i in range(1000))
+               if coordinator_of(c, t) != data_leader)  # fmt: skip
+    producer = transactional_producer(c, tid)
+    coordinator = coordinator_of(c, tid)
+    producer.begin_transaction()
+    batch = [f"d{i}".encode() for i in range(5)]
+    for value in batch:
+        producer.produce(topic, value=value, partition=0)
+    assert producer.flush(60) == 0
+
+    # The data partition's leader stops answering: the marker for it cannot be written.
+    os.kill(c.brokers[data_leader].pid, signal.SIGSTOP)
+    try:
+        producer.commit_transaction(60)  # answered once PrepareCommit is in __transaction_state
+        # The coordinator dies with the decision made and the marker unwritten.
+        c.brokers[coordinator].kill()
+        # The paused leader's session expires and the third broker leads the data partition (and the
+        # transaction's state partition).
+        c.wait_for(lambda: c.partition_state(topic, 0)["leader"] not in (data_leader, coordinator, -1),
+                   "the third broker leading the data partition", timeout=90)  # fmt: skip
+    finally:
+        os.kill(c.brokers[data_leader].pid, signal.SIGCONT)
+    # The new coordinator found PrepareCommit at load and wrote the marker to the partition's new leader (once
+    # the resumed broker is back in the ISR, as min.insync.replicas asks).
+    state = wait_for_state(live(c), raw, tid, "CompleteCommit")
+    assert state.producer_epoch == 0
+    assert values(read_all(c.bootstrap, topic)) == sorted(batch)
+    c.restart(coordinator)

@@ -1,0 +1,142 @@
+"""Helpers for the transaction tests: reading a topic to its end at an isolation level, and asking the
+transaction coordinator what it holds (DescribeTransactions, spoken raw)."""
+
+from __future__ import annotations
+
+import struct
+import time
+import uuid
+from dataclasses import dataclass
+
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode as E
+
+from broker_runtime.protocol.apis import ApiKey
+
+DEADLINE_S = 60
+
+
+def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of every record a consumer with `isolation` reads up to the partitions' ends
+    (the last stable offset for read_committed)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+        "isolation.level": isolation, "enable.partition.eof": True,
+    })  # fmt: skip
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        at_end: set[int] = set()
+        got = []
+        deadline = time.monotonic() + DEADLINE_S
+        while at_end != set(partitions):
+            assert time.monotonic() < deadline, f"{topic}: only partitions {at_end} reached their end"
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+                at_end.add(message.partition())
+                continue
+            at_end.discard(message.partition())
+            got.append((message.partition(), message.offset(), message.value()))
+        return got
+    finally:
+        consumer.close()
+
+
+def values(records) -> list[bytes]:
+    return sorted(value for _, _, value in records)
+
+
+@dataclass(frozen=True)
+class DescribedTransaction:
+    error_code: int
+    transactional_id: str
+    transaction_state: str
+    timeout_ms: int
+    start_ms: int
+    producer_id: int
+    producer_epoch: int
+    topics: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def _parse_describe_transactions(frame: bytes) -> list[DescribedTransaction]:
+    """DescribeTransactions v0 read by hand: kio refuses the -1 start time Kafka sends before a transaction."""
+    pos = 4  # correlation id
+
+    def uvarint() -> int:
+        nonlocal pos
+        shift = value = 0
+        while True:
+            byte = frame[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    def fixed(fmt: str) -> int:
+        nonlocal pos
+        (value,) = struct.unpack_from(fmt, frame, pos)
+        pos += struct.calcsize(fmt)
+        return value
+
+    def string() -> str:
+        nonlocal pos
+        n = uvarint() - 1
+        text = frame[pos : pos + n].decode()
+        pos += n
+        return text
+
+    def tagged() -> None:
+        nonlocal pos
+        for _ in range(uvarint()):
+            uvarint()
+            pos += uvarint()
+
+    tagged()  # response header v1
+    fixed(">i")  # throttle time
+    states = []
+    for _ in range(uvarint() - 1):
+        error, tid, state = fixed(">h"), string(), string()
+        timeout, start, pid, epoch = fixed(">i"), fixed(">q"), fixed(">q"), fixed(">h")
+        topics = []
+        for _ in range(uvarint() - 1):
+            topic = string()
+            partitions = tuple(fixed(">i") for _ in range(uvarint() - 1))
+            tagged()
+            topics.append((topic, partitions))
+        tagged()
+        states.append(DescribedTransaction(error, tid, state, timeout, start, pid, epoch, tuple(topics)))
+    return states
+
+
+def describe_transaction(brokers, raw, transactional_id: str) -> DescribedTransaction | None:
+    """The transaction as its coordinator describes it; `brokers` is one broker process or several (every live
+    one is asked, the coordinator answers without an error)."""
+    request_type = load_request_schema(ApiKey.DESCRIBE_TRANSACTIONS, 0)
+    candidates = [b for b in (brokers if isinstance(brokers, list | tuple) else [brokers]) if b.alive]
+    state = None
+    for broker in candidates:
+        try:
+            with raw.RawClient.to(broker, timeout=30) as client:
+                client.send(request_type(transactional_ids=(transactional_id,)))
+                (state,) = _parse_describe_transactions(client.recv_frame())
+        except OSError:
+            continue  # a broker going down meanwhile
+        if state.error_code == E.none:
+            return state
+    return state
+
+
+def wait_for_state(broker, raw, transactional_id: str, wanted: str):
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        state = describe_transaction(broker, raw, transactional_id)
+        if state.error_code == E.none and state.transaction_state == wanted:
+            return state
+        assert time.monotonic() < deadline, f"{transactional_id} stays {state}"
+        time.sleep(0.1)
