@@ -18,6 +18,7 @@ from broker_runtime.group.api import (
     OffsetCommitArgs,
     SyncGroupArgs,
     TopicPartition,
+    TxnOffsetCommitArgs,
 )
 from broker_runtime.group.records import (
     OFFSETS_TOPIC,
@@ -268,6 +269,51 @@ def test_staying_leader_at_a_newer_epoch_keeps_the_loaded_shard() -> None:
         (shard,) = runtime.active_shards()
         broker.replica_manager.lead(0, epoch=1)  # an ISR change: the controller bumps the leader epoch
         assert runtime.active_shards() == [shard] and not runtime.is_loading()
+        await runtime.stop()
+
+    run(scenario())
+
+
+def test_complete_transaction_commits_pending_offsets_and_a_new_leader_replays_the_marker() -> None:
+    """Contract C1 on the group runtime: the marker goes to the log as a control batch after the transactional
+    offsets, applies to the shard, and a reload (another broker taking over) reaches the same offsets."""
+
+    async def scenario():
+        broker, runtime = await started()
+        group = group_on(2)
+        rm = broker.replica_manager
+        rm.lead(2)
+        await until(lambda: runtime.active_shards(), "the shard")
+
+        def txn_commit(producer_id: int, offset: int) -> TxnOffsetCommitArgs:
+            return TxnOffsetCommitArgs(group, "tx", producer_id, 0, (CommitPartition("t", 0, offset),))
+
+        def stable(shard):
+            fetched = shard.fetch_offsets(group, [TopicPartition("t", 0)], require_stable=True).partitions[0]
+            return fetched.offset if fetched.error is E.none else fetched.error
+
+        assert (await runtime.call(group, lambda s: s.commit_offsets(commit(group, 3))))[0].error is E.none
+        for producer_id, offset in ((11, 30), (12, 40)):
+            (result,) = await runtime.call(group, lambda s, p=producer_id, o=offset: s.commit_transactional_offsets(
+                txn_commit(p, o)))  # fmt: skip
+            assert result.error is E.none
+        assert await runtime.call(group, stable) is E.unstable_offset_commit
+        partition = partition_for(group, PARTITIONS)
+        assert await runtime.complete_transaction(partition, 12, 0, 5, False) is E.none  # abort 40
+        assert await runtime.call(group, stable) is E.unstable_offset_commit  # 11 is still open
+        assert await runtime.complete_transaction(partition, 11, 0, 5, True) is E.none  # commit 30
+        assert await runtime.call(group, stable) == 30
+        headers = [h for b in rm.partitions[2].log.batches for h in iter_headers(b)]
+        assert [(h.producer_id, h.is_transactional, h.is_control) for h in headers] == [
+            (-1, False, False), (11, True, False), (12, True, False), (12, True, True), (11, True, True)
+        ]  # fmt: skip
+        # Another broker takes over: its load replays the batches and markers from the log.
+        rm.lead(2, is_leader=False)
+        assert await runtime.complete_transaction(partition, 11, 0, 5, True) is E.not_leader_or_follower
+        rm.lead(2, epoch=1)
+        await until(lambda: runtime.active_shards(), "the reloaded shard")
+        assert await runtime.call(group, stable) == 30
+        assert runtime.active_shards()[0].pending_txn_offsets == {}
         await runtime.stop()
 
     run(scenario())
