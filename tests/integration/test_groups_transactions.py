@@ -8,34 +8,18 @@ to end by the transaction tests."""
 
 from __future__ import annotations
 
-import dataclasses
-import time
 import uuid
 
 import pytest
 from group_harness import GROUP_BROKER_OVERRIDES, produce_spread
-from kio.index import load_entity_module, load_request_schema
 from kio.schema.errors import ErrorCode as E
-from kio.static.constants import EntityType
 
-from broker_runtime.group.records import OFFSETS_TOPIC, partition_for
+from broker_runtime.group.records import partition_for
 from broker_runtime.handlers.groups import GROUP_API_VERSIONS
 from broker_runtime.protocol.apis import ApiKey
+from tests.integration.group_txn_raw import commit, fetch, txn_commit, wait_for_coordinator, write_marker
 
 OFFSETS_PARTITIONS = int(GROUP_BROKER_OVERRIDES["offsets.topic.num.partitions"])
-
-
-def build(api_key: int, version: int, **values):
-    """A request of `version`, keeping only the fields that version has."""
-    cls = load_request_schema(api_key, version)
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
-def nested(api: str, version: int, cls_name: str, **values):
-    cls = getattr(load_entity_module(api, version, EntityType.request), cls_name)
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
 
 
 @pytest.fixture(scope="module")
@@ -44,54 +28,6 @@ def txn_broker(broker_logs_dir, helpers):
     broker.start()
     yield broker
     broker.stop()
-
-
-def wait_for_coordinator(client, group: str) -> None:
-    """FindCoordinator until the group's coordinator serves (__consumer_offsets is created on first use)."""
-    deadline = time.monotonic() + 30
-    while True:
-        found = client.call(build(ApiKey.FIND_COORDINATOR, 3, key=group, key_type=0))
-        if found.error_code == E.none:
-            fetched = fetch(client, group, "any-topic", require_stable=False)
-            if fetched[0] != E.coordinator_load_in_progress:
-                return
-        assert time.monotonic() < deadline, f"no coordinator for {group}: {found}"
-        time.sleep(0.05)
-
-
-def commit(client, group: str, topic: str, offset: int) -> E:
-    partition = nested("offset_commit", 8, "OffsetCommitRequestPartition", partition_index=0,
-                       committed_offset=offset, committed_leader_epoch=-1, committed_metadata="")  # fmt: skip
-    topics = (nested("offset_commit", 8, "OffsetCommitRequestTopic", name=topic, partitions=(partition,)),)
-    response = client.call(build(ApiKey.OFFSET_COMMIT, 8, group_id=group, generation_id_or_member_epoch=-1,
-                                 member_id="", group_instance_id=None, topics=topics))  # fmt: skip
-    return response.topics[0].partitions[0].error_code
-
-
-def txn_commit(client, version: int, group: str, producer_id: int, topic: str, offset: int) -> E:
-    api = "txn_offset_commit"
-    partition = nested(api, version, "TxnOffsetCommitRequestPartition", partition_index=0, committed_offset=offset,
-                       committed_leader_epoch=-1, committed_metadata=f"txn-v{version}")  # fmt: skip
-    topics = (nested(api, version, "TxnOffsetCommitRequestTopic", name=topic, partitions=(partition,)),)
-    response = client.call(build(
-        ApiKey.TXN_OFFSET_COMMIT, version, transactional_id=f"tx-{producer_id}", group_id=group,
-        producer_id=producer_id, producer_epoch=0, generation_id=-1, member_id="", group_instance_id=None,
-        topics=topics,
-    ))  # fmt: skip
-    assert [(t.name, [p.partition_index for p in t.partitions]) for t in response.topics] == [(topic, [0])]
-    return response.topics[0].partitions[0].error_code
-
-
-def fetch(client, group: str, topic: str, *, require_stable: bool) -> tuple[E, int]:
-    """OffsetFetch v7 (the last single-group version with require_stable): (error, offset) of partition 0."""
-    wanted = (nested("offset_fetch", 7, "OffsetFetchRequestTopic", name=topic, partition_indexes=(0,)),)
-    response = client.call(
-        build(ApiKey.OFFSET_FETCH, 7, group_id=group, topics=wanted, require_stable=require_stable)
-    )
-    if response.error_code != E.none:
-        return response.error_code, -1
-    part = response.topics[0].partitions[0]
-    return part.error_code, part.committed_offset
 
 
 def test_transactional_offsets_stay_pending_in_every_version_and_across_a_restart(txn_broker, raw, new_topic):
@@ -120,22 +56,6 @@ def test_transactional_offsets_stay_pending_in_every_version_and_across_a_restar
             wait_for_coordinator(client, group)
             assert fetch(client, group, topic, require_stable=True) == (E.unstable_offset_commit, -1), version
             assert fetch(client, group, topic, require_stable=False) == (E.none, 1), version
-
-
-def write_marker(client, producer_id: int, committed: bool, partition: int) -> E:
-    """WriteTxnMarkers v1, as a transaction coordinator sends it, for one `__consumer_offsets` partition."""
-    topic = nested(
-        "write_txn_markers", 1, "WritableTxnMarkerTopic", name=OFFSETS_TOPIC, partition_indexes=(partition,)
-    )
-    marker = nested("write_txn_markers", 1, "WritableTxnMarker", producer_id=producer_id, producer_epoch=0,
-                    transaction_result=committed, topics=(topic,), coordinator_epoch=0)  # fmt: skip
-    response = client.call(build(ApiKey.WRITE_TXN_MARKERS, 1, markers=(marker,)))
-    (result,) = response.markers
-    assert result.producer_id == producer_id
-    assert [(t.name, [p.partition_index for p in t.partitions]) for t in result.topics] == [
-        (OFFSETS_TOPIC, [partition])
-    ]
-    return result.topics[0].partitions[0].error_code
 
 
 def test_markers_commit_or_drop_pending_offsets_and_a_restart_replays_them(txn_broker, raw, new_topic):

@@ -1,15 +1,18 @@
 """Group coordinators follow the leadership of their `__consumer_offsets` partition across a real cluster: the
 offsets topic is created through the controller with `offsets.topic.replication.factor`, FindCoordinator names
 the partition's current leader, and a group keeps its committed offsets when its coordinator's broker is killed
-or shut down (the new leader loads the partition, answering COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
+or shut down (the new leader loads the partition, answering COORDINATOR_LOAD_IN_PROGRESS meanwhile), offsets
+pending in a transaction included."""
 
 from __future__ import annotations
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode as E
 
 from broker_runtime.group.records import OFFSETS_TOPIC, partition_for
+from tests.integration.group_txn_raw import commit, fetch, txn_commit, wait_for_coordinator, write_marker
 
 pytestmark = pytest.mark.odradek_only
 
@@ -107,4 +110,38 @@ def test_a_group_keeps_its_offsets_when_its_coordinators_broker_goes(
     second.commit(asynchronous=False)
     second.close()
     assert committed_after(c, group, topic_name) == dict.fromkeys(range(3), RECORDS // 3)
+    c.restart(coordinator)
+
+
+def test_offsets_pending_in_a_transaction_move_with_the_coordinator_and_its_marker_commits_them(
+    cluster_factory, topic_name: str, raw
+) -> None:
+    """TxnOffsetCommit to the coordinator, kill -9 of its broker: the new leader of the group's
+    `__consumer_offsets` partition loads the replicated transactional batch (still pending), and the transaction
+    coordinator's WriteTxnMarkers to it (contract C1) makes the offset visible."""
+    c = make_cluster(cluster_factory)
+    c.create_topic(topic_name, 1, 3)
+    c.wait_for_leaders(topic_name, 1)
+    group = f"{topic_name}-txn"
+    offsets_partition = partition_for(group, OFFSETS_PARTITIONS)
+    producer_id = 7_000 + offsets_partition
+    coordinator = coordinator_of(c, group)  # (creates __consumer_offsets)
+    with raw.RawClient.to(c.brokers[coordinator], timeout=30) as client:
+        wait_for_coordinator(client, group)
+        assert commit(client, group, topic_name, 5) == E.none
+        assert txn_commit(client, 4, group, producer_id, topic_name, 50) == E.none
+        assert fetch(client, group, topic_name, require_stable=True) == (E.unstable_offset_commit, -1)
+
+    c.brokers[coordinator].kill()
+    survivors = set(c.brokers) - {coordinator}
+    c.wait_for(lambda: c.partition_state(OFFSETS_TOPIC, offsets_partition)["leader"] in survivors,
+               "a new leader of the group's offsets partition")  # fmt: skip
+    new_leader = c.partition_state(OFFSETS_TOPIC, offsets_partition)["leader"]
+    with raw.RawClient.to(c.brokers[new_leader], timeout=30) as client:
+        wait_for_coordinator(client, group)
+        assert fetch(client, group, topic_name, require_stable=True) == (E.unstable_offset_commit, -1)
+        assert fetch(client, group, topic_name, require_stable=False) == (E.none, 5)
+        assert write_marker(client, producer_id, True, offsets_partition) == E.none
+        assert fetch(client, group, topic_name, require_stable=True) == (E.none, 50)
+    assert committed_after(c, group, topic_name)[0] == 50
     c.restart(coordinator)
