@@ -94,17 +94,21 @@ const ops = {
     }
   },
 
-  // One transaction of a transactional producer: {topic, transactionalId, messages, commit}
+  // One transaction of a transactional producer: {topic, transactionalId, messages, commit}, and optionally the
+  // group offsets it commits: {groupId, offsets: [{topic, partitions: [{partition, offset}]}]}
   async transaction (req) {
     const producer = client(req).producer({ transactionalId: req.transactionalId, idempotent: true, maxInFlightRequests: 1 })
     await producer.connect()
     try {
       const txn = await producer.transaction()
       try {
-        await txn.send({
-          topic: req.topic,
-          messages: req.messages.map(m => ({ key: unb64(m.key), value: unb64(m.value), partition: m.partition }))
-        })
+        if (req.messages.length) {
+          await txn.send({
+            topic: req.topic,
+            messages: req.messages.map(m => ({ key: unb64(m.key), value: unb64(m.value), partition: m.partition }))
+          })
+        }
+        if (req.offsets) await txn.sendOffsets({ consumerGroupId: req.groupId, topics: req.offsets })
         if (req.commit) await txn.commit()
         else await txn.abort()
       } catch (e) {
