@@ -4,10 +4,14 @@ at or above the last stable offset is cleaned."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from log_helpers import LOG_DIR
 from test_log_cleaner import COMPACT, cleaner_for, contents, open_log, produce
 
+from broker_runtime.clock import ManualClock
 from broker_runtime.log.txn_index import AbortedTxn, parse_entries
-from broker_runtime.protocol.records import iter_headers
+from broker_runtime.protocol.records import decode_records, iter_headers
 from broker_runtime.txn.control import marker_batch
 
 A, B, P = 1000, 2000, 3000  # transactional producers A and B, idempotent producer P
@@ -36,12 +40,19 @@ def test_aborted_values_never_shadow_committed_ones_and_are_removed(fs, clock):
     produce(plog, [(b"k1", b"base-1"), (b"k2", b"base-2")])  # 0-1
     seq.txn(plog, A, [(b"k1", b"aborted-1"), (b"k2", b"aborted-2")])  # 2-3
     seq.txn(plog, B, [(b"k3", b"committed-3")])  # 4
-    end_txn(plog, A, committed=False)  # 5
-    end_txn(plog, B, committed=True)  # 6
+    for i in range(12):  # the markers land a few segments after the data
+        produce(plog, [(b"filler-%d" % (i % 4), b"x" * 60)])
+    abort_at = end_txn(plog, A, committed=False)
+    end_txn(plog, B, committed=True)
     for i in range(20):  # more segments, then everything written is in rolled segments
         produce(plog, [(b"filler-%d" % (i % 4), b"x" * 60)])
     plog.roll()
-    assert plog.aborted_transactions(0, plog.log_end_offset) == [AbortedTxn(A, 2, 5, 4)]
+    marker_segment = next(s for s in reversed(plog.segments) if s.base_offset <= abort_at)
+    assert marker_segment is not plog.segments[0]
+    entry = AbortedTxn(A, 2, abort_at, 4)  # B was open when A aborted: the LSO then was B's first offset
+    assert plog.aborted_transactions(0, plog.log_end_offset) == [entry]
+    # Larger segments from now on: the pass rewrites the data's and the marker's segments into one.
+    plog.update_config(replace(COMPACT, segment_bytes=1 << 20))
 
     assert cleaner_for(
         fs, clock, plog, high_watermark=plog.last_stable_offset(plog.log_end_offset)
@@ -50,19 +61,19 @@ def test_aborted_values_never_shadow_committed_ones_and_are_removed(fs, clock):
     assert (b"k1", b"base-1") in kept and (b"k2", b"base-2") in kept  # not shadowed by the aborted writes
     assert (b"k3", b"committed-3") in kept
     assert not {v for _, v in kept if v is not None and v.startswith(b"aborted")}
-    # The ABORT marker stays this pass (its data was seen), and so does its .txnindex entry, now in the cleaned
-    # segment that holds the marker.
+    # The ABORT marker stays this pass (its data was seen in the same cleaned segment), and so does its .txnindex
+    # entry, now in the cleaned segment, named by the base of the first segment it replaced.
     data = plog.read(0, 1 << 20, plog.log_end_offset, True)
-    assert [h.base_offset for h in iter_headers(data) if h.is_control] == [5, 6]
-    assert plog.aborted_transactions(0, plog.log_end_offset) == [AbortedTxn(A, 2, 5, 4)]
+    assert [h.base_offset for h in iter_headers(data) if h.is_control] == [abort_at, abort_at + 1]
+    assert plog.aborted_transactions(0, plog.log_end_offset) == [entry]
     txn_files = [p for p in fs.files if p.name.endswith(".txnindex")]
-    assert len(txn_files) == 1
-    assert parse_entries(bytes(fs.files[txn_files[0]].data)) == [AbortedTxn(A, 2, 5, 4)]
+    assert [p.name for p in txn_files] == ["00000000000000000000.txnindex"]
+    assert parse_entries(bytes(fs.files[txn_files[0]].data)) == [entry]
     # ...and the log reopens with it.
     end = plog.log_end_offset
     plog.close()
     reopened = open_log(fs, clock, clean_shutdown=True, recovery_point=end)
-    assert reopened.aborted_transactions(0, end) == [AbortedTxn(A, 2, 5, 4)]
+    assert reopened.aborted_transactions(0, end) == [entry]
 
 
 def test_an_open_transaction_bounds_cleaning_at_the_last_stable_offset(fs, clock):
@@ -81,3 +92,89 @@ def test_an_open_transaction_bounds_cleaning_at_the_last_stable_offset(fs, clock
     assert (first_open, b"k", b"undecided") in after  # nothing at or above the LSO was touched
     assert all(offset >= first_open - 1 or value.startswith(b"old") for offset, _, value in after)
     assert len([1 for offset, _, _ in after if offset > first_open]) == 10
+
+
+def committed_view(plog) -> list[tuple[bytes, bytes | None]]:
+    """(key, value) of what a read_committed consumer keeps: data records minus those of the aborted
+    transactions the log lists (Kafka's consumer-side filtering)."""
+    end = plog.log_end_offset
+    aborted = plog.aborted_transactions(plog.log_start_offset, end)
+    data = plog.read(plog.log_start_offset, 1 << 30, end, True)
+    out = []
+    for header in iter_headers(data):
+        if header.is_control:
+            continue
+        if header.is_transactional and any(
+            t.producer_id == header.producer_id and t.first_offset <= header.base_offset <= t.last_offset
+            for t in aborted
+        ):
+            continue
+        out += [(r.key, r.value) for r in decode_records(data, header)]
+    return out
+
+
+def test_power_cut_at_every_step_of_a_pass_keeps_aborted_data_hidden():
+    from test_log_cleaner_crash import CrashingFileSystem, PowerCut
+
+    def prepared():
+        fs = CrashingFileSystem()
+        fs.mkdir(LOG_DIR)
+        clock = ManualClock(start_ms=1_700_000_000_000)
+        plog = open_log(fs, clock)
+        seq = Seq()
+        produce(plog, [(b"k1", b"base-1")])
+        seq.txn(plog, A, [(b"k1", b"aborted-1")])
+        for i in range(8):
+            produce(plog, [(b"filler-%d" % (i % 3), b"x" * 80)])
+        end_txn(plog, A, committed=False)  # the marker lands segments after the data
+        for i in range(8):
+            produce(plog, [(b"filler-%d" % (i % 3), b"y" * 80)])
+        plog.roll()
+        plog.flush()  # everything durable: only the cleaner's work is at stake
+        return fs, clock, plog
+
+    fs, clock, plog = prepared()
+    before = committed_view(plog)
+    assert (b"k1", b"aborted-1") not in before and (b"k1", b"base-1") in before
+    steps = 0
+    for step in range(10_000):
+        fs, clock, plog = prepared()
+        end = plog.log_end_offset
+        fs.countdown = step
+        try:
+            cleaner_for(fs, clock, plog, high_watermark=end).clean_now()
+        except PowerCut:
+            pass
+        else:
+            break
+        steps += 1
+        fs.crash(drop_unsynced_dir_entries=True)
+        # Flushed up to the end before the pass: recovery re-reads only the active segment, so the rolled ones'
+        # .txnindex files are what the swap left.
+        reopened = open_log(fs, clock, recovery_point=end)
+        view = committed_view(reopened)
+        assert (b"k1", b"aborted-1") not in view, f"aborted data visible after a power cut before step {step}"
+        assert (b"k1", b"base-1") in view, f"a committed value lost after a power cut before step {step}"
+    assert steps > 10
+
+
+def test_an_aborted_transaction_split_across_cleaned_segments_loses_its_entry_with_its_data(fs, clock):
+    """Kafka's rule: the segment holding the data drops it; the one holding the marker then sees none of its
+    data, so the marker waits for its delete horizon and its .txnindex entry goes."""
+    plog = open_log(fs, clock)
+    seq = Seq()
+    produce(plog, [(b"k1", b"base-1")])
+    seq.txn(plog, A, [(b"k1", b"aborted-1")])
+    for i in range(12):
+        produce(plog, [(b"filler-%d" % (i % 4), b"x" * 60)])
+    abort_at = end_txn(plog, A, committed=False)
+    for i in range(20):
+        produce(plog, [(b"filler-%d" % (i % 4), b"x" * 60)])
+    plog.roll()
+    assert plog.segments[plog._segment_index(abort_at)] is not plog.segments[0]
+    cleaner_for(fs, clock, plog, high_watermark=plog.log_end_offset).clean_now()
+    assert (1, b"k1", b"aborted-1") not in contents(plog)
+    assert (0, b"k1", b"base-1") in contents(plog)
+    assert plog.aborted_transactions(0, plog.log_end_offset) == []
+    data = plog.read(0, 1 << 20, plog.log_end_offset, True)
+    assert [h.base_offset for h in iter_headers(data) if h.is_control] == [abort_at]  # until its horizon
