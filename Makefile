@@ -65,6 +65,7 @@ bench: install
 	$(PY) bench/txn_bench.py
 	$(PY) bench/console.py
 	$(PY) bench/lag_sampler.py
+	$(PY) bench/metrics_cost.py
 	$(PY) bench/operations.py
 	$(PY) bench/cluster_bench.py
 

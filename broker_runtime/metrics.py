@@ -46,6 +46,10 @@ class _Api:
         self.seconds = 0.0
 
 
+def _ignore(*_args) -> None:
+    pass
+
+
 class BrokerMetrics:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -55,6 +59,9 @@ class BrokerMetrics:
         self.registry.register(BrokerCollector(self))
         ProcessCollector(registry=self.registry)
         self._server: asyncio.Server | None = None
+        if not broker.config["odradek.metrics.listener"]:
+            # Nothing can be scraped (the listener is not a dynamic config): the hot paths' calls do nothing.
+            self.record_request = self.record_produce = self.record_fetch = _ignore  # type: ignore[method-assign]
 
     # --- hot paths: plain arithmetic only ----------------------------------------------------------------
 
