@@ -265,6 +265,11 @@ class OffsetMetadataManager:
 
         if not args.group_id:
             return fail_all(ErrorCode.invalid_group_id)
+        # Without a producer the records could only be written as a plain commit, visible at once.
+        if args.producer_id < 0:
+            return fail_all(ErrorCode.invalid_producer_id_mapping)
+        if args.producer_epoch < 0:
+            return fail_all(ErrorCode.invalid_producer_epoch)
         group = self.groups.get(args.group_id)
         if group is None:
             if args.generation_id >= 0:

@@ -102,6 +102,10 @@ def test_a_partition_loaded_mid_transaction_keeps_it_pending_and_its_marker_comp
 def test_transactional_commits_are_validated_as_kafka_validates_them() -> None:
     d = ShardDriver()
     assert d.txn_commit("", 7, {T0: 1}) == {T0: E.invalid_group_id}
+    # A request without a producer is refused, never written as a plain commit.
+    assert d.txn_commit("g", -1, {T0: 1}) == {T0: E.invalid_producer_id_mapping}
+    assert d.txn_commit("g", 7, {T0: 1}, producer_epoch=-1) == {T0: E.invalid_producer_epoch}
+    assert d.log == [] and "g" not in d.shard.groups
     assert d.txn_commit("unknown", 7, {T0: 1}, generation=3, member_id="m") == {T0: E.illegal_generation}
     a, b = Consumer(d), Consumer(d)
     form_group(a, b)
