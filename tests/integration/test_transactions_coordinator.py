@@ -4,58 +4,16 @@ them from the log."""
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
-import time
 import uuid
 
 import pytest
-from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode as E
-from kio.static.primitive import i32Timedelta
-
-from broker_runtime.protocol.apis import ApiKey
+from txn_harness import find_transaction_coordinator, init_producer_id
 
 TXN_OVERRIDES = {
     "transaction.state.log.num.partitions": "3",
     "transaction.max.timeout.ms": "120000",
 }
-
-
-def build(api_key: int, version: int, **values):
-    cls = load_request_schema(api_key, version)
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
-def ms(n: int):
-    return i32Timedelta.parse(datetime.timedelta(milliseconds=n))
-
-
-def find_transaction_coordinator(client, transactional_id: str, version: int = 4):
-    deadline = time.monotonic() + 30  # __transaction_state is created and loaded in the background meanwhile
-    while True:
-        found = client.call(build(
-            ApiKey.FIND_COORDINATOR, version, key=transactional_id, key_type=1, coordinator_keys=(transactional_id,)
-        ))  # fmt: skip
-        coordinator = found.coordinators[0] if version >= 4 else found
-        if coordinator.error_code == E.none:
-            return coordinator
-        assert coordinator.error_code == E.coordinator_not_available and time.monotonic() < deadline, coordinator
-        time.sleep(0.05)
-
-
-def init_producer_id(client, transactional_id: str, version: int = 4, timeout_ms: int = 60000, pid=-1, epoch=-1):
-    deadline = time.monotonic() + 30
-    while True:
-        response = client.call(build(
-            ApiKey.INIT_PRODUCER_ID, version, transactional_id=transactional_id, transaction_timeout=ms(timeout_ms),
-            producer_id=pid, producer_epoch=epoch,
-        ))  # fmt: skip
-        if response.error_code not in (E.coordinator_load_in_progress, E.concurrent_transactions):
-            return response
-        assert time.monotonic() < deadline, response
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -71,7 +29,11 @@ def test_init_producer_id_bumps_the_epoch_and_survives_a_restart(txn_broker, raw
         first = init_producer_id(client, tid)
         assert first.error_code == E.none and first.producer_id >= 0 and first.producer_epoch == 0
         second = init_producer_id(client, tid, version=0)
-        assert (second.error_code, second.producer_id, second.producer_epoch) == (E.none, first.producer_id, 1)
+        assert (second.error_code, second.producer_id, second.producer_epoch) == (
+            E.none,
+            first.producer_id,
+            1,
+        )
         # Version 3+: a producer resuming with its current id and epoch gets the next epoch; a stale one is fenced.
         resumed = init_producer_id(client, tid, version=4, pid=first.producer_id, epoch=1)
         assert (resumed.error_code, resumed.producer_epoch) == (E.none, 2)

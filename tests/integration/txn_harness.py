@@ -3,6 +3,8 @@ transaction coordinator what it holds (DescribeTransactions, spoken raw)."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import struct
 import time
 import uuid
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode as E
+from kio.static.primitive import i32Timedelta
 
 from broker_runtime.protocol.apis import ApiKey
 
@@ -140,3 +143,43 @@ def wait_for_state(broker, raw, transactional_id: str, wanted: str):
             return state
         assert time.monotonic() < deadline, f"{transactional_id} stays {state}"
         time.sleep(0.1)
+
+
+def build(api_key: int, version: int, **values):
+    cls = load_request_schema(api_key, version)
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def ms(n: int):
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=n))
+
+
+def find_transaction_coordinator(client, transactional_id: str, version: int = 4):
+    deadline = time.monotonic() + 30  # __transaction_state is created and loaded in the background meanwhile
+    while True:
+        found = client.call(build(
+            ApiKey.FIND_COORDINATOR, version, key=transactional_id, key_type=1, coordinator_keys=(transactional_id,)
+        ))  # fmt: skip
+        coordinator = found.coordinators[0] if version >= 4 else found
+        if coordinator.error_code == E.none:
+            return coordinator
+        assert coordinator.error_code == E.coordinator_not_available and time.monotonic() < deadline, (
+            coordinator
+        )
+        time.sleep(0.05)
+
+
+def init_producer_id(
+    client, transactional_id: str, version: int = 4, timeout_ms: int = 60000, pid=-1, epoch=-1
+):
+    deadline = time.monotonic() + 30
+    while True:
+        response = client.call(build(
+            ApiKey.INIT_PRODUCER_ID, version, transactional_id=transactional_id, transaction_timeout=ms(timeout_ms),
+            producer_id=pid, producer_epoch=epoch,
+        ))  # fmt: skip
+        if response.error_code not in (E.coordinator_load_in_progress, E.concurrent_transactions):
+            return response
+        assert time.monotonic() < deadline, response
+        time.sleep(0.05)
