@@ -20,6 +20,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from broker_runtime.protocol.apis import ApiKey
+from broker_runtime.txn.coordinator import RETRY_COMPLETION
 
 if TYPE_CHECKING:
     from broker_runtime.broker import Broker
@@ -134,6 +135,7 @@ class BrokerCollector:
         yield from self._requests()
         yield from self._partitions()
         yield from self._groups()
+        yield from self._transactions()
         yield from self._controller()
 
     def _topic_counters(self):
@@ -218,6 +220,35 @@ class BrokerCollector:
         for state, count in sorted(counts.items()):
             family.add_metric([state], count)
         yield family
+
+    def _transactions(self):
+        """The transaction coordinator's shards on this broker (the `__transaction_state` partitions it leads):
+        Kafka's LogAppendRetryQueueSize (completion records waiting to be written again), and, under odradek_
+        names since Kafka has none, transactional ids by state and transactions whose markers are being written."""
+        runtime = self.metrics.broker.txn_coordinator
+        shards = runtime.active_shards() if runtime is not None else []
+        states: dict[str, int] = defaultdict(int)
+        retries = 0
+        for shard in shards:
+            for metadata in shard.transactions.values():
+                states[metadata.state.display_name] += 1
+            retries += sum(1 for key in shard.timers.keys() if key[0] == RETRY_COMPLETION)  # noqa: SIM118
+        yield GaugeMetricFamily(
+            "kafka_coordinator_transaction_transactionmarkerchannelmanager_logappendretryqueuesize",
+            "Transaction completions waiting to be written to __transaction_state again.", value=retries,
+        )  # fmt: skip
+        by_state = GaugeMetricFamily(
+            "odradek_transaction_coordinator_transactions",
+            "Transactional ids this broker coordinates, by transaction state.", labels=["state"],
+        )  # fmt: skip
+        for state, count in sorted(states.items()):
+            by_state.add_metric([state], count)
+        yield by_state
+        yield GaugeMetricFamily(
+            "odradek_transaction_coordinator_pending_markers",
+            "Transactions whose commit or abort markers are still being written.",
+            value=runtime.markers.pending_transactions if runtime is not None else 0,
+        )
 
     def _controller(self):
         member = self.metrics.broker.member

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.request
 
@@ -86,4 +87,48 @@ def test_malformed_metrics_listener_is_refused_naming_the_key(broker_factory):
     broker = broker_factory(overrides={"odradek.metrics.listener": "127.0.0.1:9644"}, start=False)
     with pytest.raises(RuntimeError, match="during start-up"):
         broker.start()
-    assert "odradek.metrics.listener: '127.0.0.1:9644' is not of the form http://host:port" in broker.log_text()
+    assert (
+        "odradek.metrics.listener: '127.0.0.1:9644' is not of the form http://host:port" in broker.log_text()
+    )
+
+
+def test_transaction_coordinator_gauges_follow_a_transaction(broker_factory, topic_name):
+    from confluent_kafka import Producer
+
+    port = free_port()
+    broker = broker_factory(
+        overrides={
+            "odradek.metrics.listener": f"http://127.0.0.1:{port}",
+            "transaction.state.log.num.partitions": "1",
+        }
+    )
+    create_topic(broker.bootstrap, topic_name, partitions=1)
+    assert not any(name == "odradek_transaction_coordinator_transactions" for name, _ in scrape(port))
+
+    def states() -> dict[str, float]:
+        samples = scrape(port)
+        return {
+            dict(labels)["state"]: value
+            for (name, labels), value in samples.items()
+            if name == "odradek_transaction_coordinator_transactions" and value
+        } | {
+            "pending markers": samples["odradek_transaction_coordinator_pending_markers", ()],
+            "retries": samples[
+                "kafka_coordinator_transaction_transactionmarkerchannelmanager_logappendretryqueuesize", ()
+            ],
+        }
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"tx-{topic_name}"})
+    producer.init_transactions(30)
+    assert states() == {"Empty": 1, "pending markers": 0, "retries": 0}
+    producer.begin_transaction()
+    producer.produce(topic_name, b"inside")
+    assert producer.flush(30) == 0
+    assert states() == {"Ongoing": 1, "pending markers": 0, "retries": 0}
+    producer.commit_transaction(30)
+    # EndTxn is answered once PrepareCommit is written; the markers and CompleteCommit follow.
+    deadline = time.monotonic() + 30
+    while (now := states()) != {"CompleteCommit": 1, "pending markers": 0, "retries": 0}:
+        assert set(now) <= {"PrepareCommit", "CompleteCommit", "pending markers", "retries"}, now
+        assert time.monotonic() < deadline, f"the transaction did not complete: {now}"
+        time.sleep(0.05)
