@@ -8,7 +8,9 @@ with the controller's requests. `Broker` composes it when `zookeeper.connect` is
   produce is accepted where another leader may already be elected); it registers again in a new session, and
   the controller, seeing a new broker epoch, makes it leader or follower again with new leader epochs.
 - Requests from the controller: LeaderAndIsr makes this broker leader or follower of partitions (logs created
-  as needed, off the event loop); UpdateMetadata refreshes what Metadata and DescribeCluster answer; StopReplica
+  as needed, off the event loop) and its partitions' new leaders go into this broker's metadata at once, so that
+  Metadata from here agrees with the NOT_LEADER_OR_FOLLOWER it now answers; UpdateMetadata refreshes what
+  Metadata and DescribeCluster answer; StopReplica
   stops serving partitions and, for deletions and reassignments, deletes their logs. All are fenced: an older
   controller epoch, an earlier registration of this broker, or an older leader epoch is refused.
 - Configs: topic and broker configs live in ZooKeeper; every broker follows `/config/changes` and applies what
@@ -363,6 +365,8 @@ class ZkClusterMember:
                 )  # fmt: skip
             except KafkaError as exc:  # its log dir failed just now
                 errors[key] = exc.error_code
+                continue
+            self.store.apply_leader_and_isr(t.topic_name, ps)
 
     async def stop_replica(self, request: ib.StopReplicaRequest) -> ib.StopReplicaResponse:
         async with self._state_change:

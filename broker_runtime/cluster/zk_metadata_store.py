@@ -298,6 +298,25 @@ class ZkMetadataStore:
         self._notify()
         return deleted
 
+    def apply_leader_and_isr(self, topic: str, state) -> None:
+        """A partition's state from a LeaderAndIsr this broker has just applied. The controller's UpdateMetadata
+        with the same state follows it, but until then Metadata from here would name the leader that this broker
+        has just answered NOT_LEADER_OR_FOLLOWER for (a broker handing leadership away in a controlled shutdown
+        would send clients back to itself). Only a newer leader epoch is taken."""
+        cached = self.cache.partition(topic, state.partition_index)
+        info = self._topics.get(topic)
+        if cached is None or info is None or state.leader_epoch <= cached.leader_epoch:
+            return
+        cached.leader, cached.leader_epoch = state.leader, state.leader_epoch
+        cached.isr, cached.replicas = list(state.isr), list(state.replicas)
+        cached.partition_epoch, cached.controller_epoch = state.partition_epoch, state.controller_epoch
+        assignment = info.partitions.get(state.partition_index)
+        if assignment is not None:
+            assignment.leader = self._alive_leader(state.leader)
+            assignment.leader_epoch, assignment.isr = state.leader_epoch, list(state.isr)
+            assignment.replicas = list(state.replicas)
+        self._notify()
+
     def _alive_leader(self, leader: int) -> int:
         return leader if leader in self.cache.live_brokers else z.NO_LEADER
 
