@@ -52,6 +52,9 @@ class BrokerConnection:
             raise ConnectionError(f"connection to {self.host}:{self.port} is closed")
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         future = asyncio.get_running_loop().create_future()
+        # A caller cancelled while waiting (shielded below) leaves the future to the connection: mark its failure
+        # as seen, or asyncio logs "exception was never retrieved" when the connection closes.
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())
         self._pending.append((correlation_id, int(request.__api_key__), int(request.__version__), future))
         self._writer.write(encode_request(request, correlation_id, self.client_id))
         try:
