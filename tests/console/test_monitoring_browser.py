@@ -86,3 +86,52 @@ def test_an_operator_edits_a_rule_in_place(page, personas, cluster):  # noqa: F8
     form.get_by_role("link", name="Cancel").click()
     page.locator(f"#rule-{rule.pk}.rule-row").wait_for()
     assert page.locator(f"#rule-edit-form-{rule.pk}").count() == 0
+
+
+def _sampled(cluster, round_ms: int) -> bool:
+    from console.errors import ConsoleError
+    from console.monitoring.sampler import sample_cluster
+
+    try:
+        sample_cluster(cluster, round_ms, publish=False)
+    except ConsoleError:
+        return False
+    return True
+
+
+def test_the_topic_page_charts_bytes_in_and_out(page, personas, broker_factory, topic_name):  # noqa: F811
+    from confluent_kafka import Consumer, TopicPartition
+
+    from console.clusters.client import client_for
+    from console.clusters.models import Cluster
+    from tests.conftest import free_port
+    from tests.console.conftest import wait_for
+
+    broker = broker_factory(
+        overrides={
+            "odradek.metrics.listener": f"http://127.0.0.1:{free_port()}",
+            "offsets.topic.num.partitions": "1",
+        }
+    )
+    metered = Cluster.objects.create(name="metered", bootstrap_servers=broker.bootstrap)
+    client_for(metered).create_topic(topic_name, 1, 1, {}, validate_only=False)
+    reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}"})
+    try:
+        reader.assign([TopicPartition(topic_name, 0, 0)])
+        for round_ms in (T0, T0 + STEP, T0 + 2 * STEP):
+            produce(metered, topic_name, 10)
+            for _ in range(10):
+                assert wait_for(lambda: reader.poll(0.2), timeout=20, what="a record").error() is None
+            # The reader's group has the broker create __consumer_offsets; a round taken while that partition
+            # is not served yet fails whole (nothing stored), as a beat round would, and is taken again.
+            wait_for(lambda r=round_ms: _sampled(metered, r), timeout=30, what="a sampling round")
+    finally:
+        reader.close()
+
+    log_in(page, "victor")
+    page.goto(f"/clusters/{metered.pk}/topics/{topic_name}/")
+    for series in ("in", "out"):
+        line = page.locator(f'#chart-topic-bytes polyline.series[data-series="{series}"]')
+        line.wait_for(state="attached")  # a steady rate is a flat line, which has no height
+        assert len(line.get_attribute("points").split()) == 2  # a rate per pair of rounds
+    assert page.locator("#bytes-out-source").count() == 0
