@@ -2,8 +2,9 @@
 dashboards and alerts work unchanged), plus Burrow's statuses as odradek_* gauges.
 
 Labels follow kafka-lag-exporter's: the per-partition metrics carry the member that had the partition at the
-newest round (member_host, consumer_id, client_id; "unknown" for a partition no member has, as there). Values
-are those of each cluster's newest sampling round."""
+newest round (member_host, consumer_id, client_id; "unknown" for a partition no member has, as there), the
+group maxima whether the group is a simple consumer group (is_simple_consumer). Values are those of each
+cluster's newest sampling round."""
 
 from __future__ import annotations
 
@@ -33,12 +34,14 @@ class LagCollector:
             "kafka_consumergroup_group_lag_seconds", "Group time lag of a partition in seconds", member_labels
         )
         max_lag = family(
-            "kafka_consumergroup_group_max_lag", "Max group offset lag", ["cluster_name", "group"]
+            "kafka_consumergroup_group_max_lag",
+            "Max group offset lag",
+            ["cluster_name", "group", "is_simple_consumer"],
         )
         max_lag_s = family(
             "kafka_consumergroup_group_max_lag_seconds",
             "Max group time lag in seconds",
-            ["cluster_name", "group"],
+            ["cluster_name", "group", "is_simple_consumer"],
         )
         sum_lag = family(
             "kafka_consumergroup_group_sum_lag", "Sum of group offset lag", ["cluster_name", "group"]
@@ -80,8 +83,9 @@ class LagCollector:
                     if (p.topic, p.partition) not in seen_partitions:
                         seen_partitions.add((p.topic, p.partition))
                         latest.add_metric([cluster.name, p.topic, str(p.partition)], p.end)
-                max_lag.add_metric([cluster.name, group], g.max_lag)
-                max_lag_s.add_metric([cluster.name, group], g.max_lag_seconds)
+                simple = "true" if g.is_simple_consumer else "false"
+                max_lag.add_metric([cluster.name, group, simple], g.max_lag)
+                max_lag_s.add_metric([cluster.name, group, simple], g.max_lag_seconds)
                 sum_lag.add_metric([cluster.name, group], g.lag)
                 status.add_metric([cluster.name, group], min(int(g.status), 2))
                 for topic, value in sorted(topic_lags.items()):

@@ -38,6 +38,8 @@ class OffsetSample(models.Model):
     member_host = models.CharField(max_length=255, default="unknown")
     consumer_id = models.CharField(max_length=255, default="unknown")
     client_id = models.CharField(max_length=255, default="unknown")
+    #: the group commits offsets without the group protocol (ListGroups: no protocol type)
+    simple_consumer = models.BooleanField(default=False)
 
     class Meta:
         indexes = [

@@ -56,6 +56,7 @@ def sample_cluster(cluster, now_ms: int, *, publish: bool = True) -> RoundResult
         sizes = {}
     counters = scrape_brokers(client, metadata.brokers)
     state = {g.group_id: g.state for g in groups}
+    simple = {g.group_id: g.is_simple for g in groups}
     owners = partition_owners(client, [g for g in ids if state[g] not in MEMBERLESS_STATES])
     samples = [
         LagSample(
@@ -86,6 +87,7 @@ def sample_cluster(cluster, now_ms: int, *, publish: bool = True) -> RoundResult
                     end=s.log_end_offset,
                     stable=s.last_stable_offset,
                     active_members=state.get(s.group, "") not in MEMBERLESS_STATES,
+                    simple_consumer=simple.get(s.group, False),
                     **owners.get((s.group, s.topic, s.partition), {}),
                 )
                 for s in samples

@@ -42,6 +42,7 @@ class PartitionLagNow:
 class GroupLagNow:
     group: str
     partitions: list[PartitionLagNow]
+    is_simple_consumer: bool = False
 
     @property
     def lag(self) -> int:
@@ -79,14 +80,15 @@ def lag_now(cluster, now_ms: int, *, group: str | None = None) -> dict[str, Grou
         rows = rows.filter(group_id=group)
     windows: dict[tuple[str, str, int], list[Point]] = defaultdict(list)
     members: dict[str, bool] = {}
+    simple: dict[str, bool] = {}
     owners: dict[tuple[str, str, int], tuple[str, str, str]] = {}
-    for g, t, p, r, c, e, active, host, consumer_id, client_id in rows.order_by("round_ms").values_list(
+    for g, t, p, r, c, e, active, host, consumer_id, client_id, is_simple in rows.order_by("round_ms").values_list(
         "group_id", "topic", "partition", "round_ms", "committed", "end", "active_members",
-        "member_host", "consumer_id", "client_id",
+        "member_host", "consumer_id", "client_id", "simple_consumer",
     ):  # fmt: skip
         windows[(g, t, p)].append(Point(r, c, e))
         if r == rounds[-1]:
-            members[g] = active
+            members[g], simple[g] = active, is_simple
             owners[(g, t, p)] = (host, consumer_id, client_id)
     histories = end_histories(cluster, {(t, p) for (_, t, p) in windows})
     out: dict[str, GroupLagNow] = {}
@@ -94,7 +96,7 @@ def lag_now(cluster, now_ms: int, *, group: str | None = None) -> dict[str, Grou
         newest = points[-1]
         if newest.timestamp_ms != rounds[-1]:  # the group no longer has this partition
             continue
-        out.setdefault(g, GroupLagNow(g, [])).partitions.append(
+        out.setdefault(g, GroupLagNow(g, [], simple[g])).partitions.append(
             PartitionLagNow(
                 g,
                 t,

@@ -335,7 +335,10 @@ def test_metrics_use_kafka_lag_exporters_names(client, cluster, sampled_group, s
     assert samples[("kafka_consumergroup_group_lag", part)] == 6
     assert samples[("kafka_consumergroup_group_offset", part)] == 4
     assert ("kafka_consumergroup_group_lag_seconds", part) in samples
-    assert samples[("kafka_consumergroup_group_max_lag", (("cluster_name", "test"), ("group", group)))] == 6
+    # the slow consumer commits without joining: a simple consumer group, as ListGroups says
+    simple = (("cluster_name", "test"), ("group", group), ("is_simple_consumer", "true"))
+    assert samples[("kafka_consumergroup_group_max_lag", simple)] == 6
+    assert ("kafka_consumergroup_group_max_lag_seconds", simple) in samples
     assert samples[("kafka_consumergroup_group_sum_lag", (("cluster_name", "test"), ("group", group)))] == 6
     topic_labels = (("cluster_name", "test"), ("partition", "0"), ("topic", topic))
     assert samples[("kafka_partition_latest_offset", topic_labels)] == 10
@@ -393,6 +396,13 @@ def test_lag_metrics_name_the_member_that_has_the_partition(client, cluster, new
     assert lags[group]["consumer_id"] == member.member_id
     assert lags[group]["member_host"] == member.host
     assert (lags[idle]["member_host"], lags[idle]["consumer_id"], lags[idle]["client_id"]) == ("unknown",) * 3
+    maxima = {
+        s.labels["group"]: s.labels["is_simple_consumer"]
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "kafka_consumergroup_group_max_lag"
+    }
+    assert (maxima[group], maxima[idle]) == ("false", "true")  # a subscribed group; offsets committed alone
 
 
 def test_topic_bytes_in_and_out_come_from_the_brokers_metrics(
