@@ -1,7 +1,7 @@
 """Fetch: read whole batches up to the high watermark; long-poll until min bytes or max wait.
 
 A consumer at isolation_level=1 (read_committed) reads up to the last stable offset instead, and gets the aborted
-transactions overlapping what it may read (from the `.txnindex` files), so that it can drop their records.
+transactions overlapping the records it gets (from the `.txnindex` files), so that it can drop their records.
 
 A fetch with a replica id (>= 0) is a follower's: it must be a replica of the partition, reads up to the log end
 rather than the high watermark, tells the leader the follower's log end (its fetch offset), and waits for appends
@@ -15,6 +15,7 @@ which tells clients to keep sending full fetch requests.
 from __future__ import annotations
 
 import datetime
+import struct
 import uuid
 
 from kio.schema.errors import ErrorCode
@@ -25,6 +26,8 @@ from broker_runtime.protocol.compression import CODEC_ZSTD
 from broker_runtime.protocol.messages import make
 
 _ZERO = datetime.timedelta(0)
+_BASE_AND_LENGTH = struct.Struct(">qi")
+_LAST_OFFSET_DELTA = struct.Struct(">i")  # at byte 23 of a batch
 _NO_TOPIC_ID = uuid.UUID(int=0)
 READ_COMMITTED = 1
 TOPIC_IDS_SINCE = 13  # Fetch v13+ names topics by id (KIP-516)
@@ -135,7 +138,7 @@ def _read_once(ctx: RequestContext, request, replica_id: int, *, record_fetch: b
                 if read_committed and replica_id < 0:
                     aborted = tuple(
                         make(types.AbortedTransaction, producer_id=txn.producer_id, first_offset=txn.first_offset)
-                        for txn in plog.aborted_transactions(fp.fetch_offset, readable_end)
+                        for txn in plog.aborted_transactions(fp.fetch_offset, _end_offset(records))
                     ) if records else ()  # fmt: skip
                 watched.append(partition)
                 parts.append(make(
@@ -159,3 +162,15 @@ def _read_once(ctx: RequestContext, request, replica_id: int, *, record_fetch: b
         responses=tuple(topic_responses),
     )  # fmt: skip
     return response, total, watched, had_error
+
+
+def _end_offset(records: bytes) -> int:
+    """The offset after the last batch of `records` (whole batches, as reads return them): the upper bound of
+    the aborted transactions a read_committed fetch lists (Kafka bounds it by the offset index, a little past)."""
+    position, end, size = 0, -1, len(records)
+    unpack_base, unpack_delta = _BASE_AND_LENGTH.unpack_from, _LAST_OFFSET_DELTA.unpack_from
+    while position + 61 <= size:
+        base_offset, length = unpack_base(records, position)
+        end = base_offset + unpack_delta(records, position + 23)[0] + 1
+        position += 12 + length
+    return end

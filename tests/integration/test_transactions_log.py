@@ -65,13 +65,15 @@ class Txn:
         return {int(p.partition_index): p.error_code for t in marker.topics for p in t.partitions}
 
 
-def fetch(client, topic: str, offset: int, isolation: int, partition: int = 0):
+def fetch(
+    client, topic: str, offset: int, isolation: int, partition: int = 0, partition_max_bytes: int = 1 << 20
+):
     response = client.call(build_request(
         ApiKey.FETCH, 12, replica_id=-1, max_wait=ms(0), min_bytes=0, max_bytes=10 << 20,
         isolation_level=isolation, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=(),
         topics=lambda m: (m.FetchTopic(topic=topic, partitions=(m.FetchPartition(
             partition=partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-            log_start_offset=-1, partition_max_bytes=1 << 20),)),),
+            log_start_offset=-1, partition_max_bytes=partition_max_bytes),)),),
     ))  # fmt: skip
     part = response.responses[0].partitions[0]
     assert part.error_code == E.none
@@ -124,8 +126,11 @@ def test_open_transaction_holds_the_lso_and_an_abort_is_listed(client, new_topic
         (txn.producer_id, 2)
     ]
     assert latest(client, topic, READ_COMMITTED) == 6
-    # A fetch from after the aborted transaction does not list it.
+    # A fetch from after the aborted transaction does not list it, nor one that ends before the transaction.
     assert list(fetch(client, topic, 6, READ_COMMITTED).aborted_transactions) == []
+    first_batch_only = fetch(client, topic, 0, READ_COMMITTED, partition_max_bytes=1)
+    assert offsets_of(raw, bytes(first_batch_only.records)) == [0, 1]
+    assert list(first_batch_only.aborted_transactions) == []
 
 
 def test_describe_producers_shows_the_open_transaction(client, new_topic) -> None:
