@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from txn_harness import describe_transaction, read_all, values, wait_for_state
+from txn_harness import describe_transaction, read_all, run_transactions, values, wait_for_state
 
 HERE = Path(__file__).resolve().parent
 PROCESSOR = HERE / "txn_processor.py"
@@ -52,72 +52,6 @@ def new_topic(clients, bootstrap: str, partitions: int = 3) -> str:
 # --- commit and abort, each client --------------------------------------------------------------------------
 
 
-def confluent_transaction(
-    bootstrap: str, topic: str, tid: str, batches: list[tuple[list[bytes], bool]]
-) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
-    producer.init_transactions(30)
-    for batch, commit in batches:
-        producer.begin_transaction()
-        for i, value in enumerate(batch):
-            producer.produce(topic, value=value, partition=i % 3)
-        if commit:
-            producer.commit_transaction(30)
-        else:
-            producer.flush(30)  # the records reach the log before the abort
-            producer.abort_transaction(30)
-
-
-def kafka_python_transaction(bootstrap, topic, tid, batches) -> None:
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid)
-    producer.init_transactions()
-    for batch, commit in batches:
-        producer.begin_transaction()
-        for i, value in enumerate(batch):
-            producer.send(topic, value=value, partition=i % 3)
-        producer.flush()
-        if commit:
-            producer.commit_transaction()
-        else:
-            producer.abort_transaction()
-    producer.close()
-
-
-def aiokafka_transaction(bootstrap, topic, tid, batches) -> None:
-    import asyncio
-
-    from aiokafka import AIOKafkaProducer
-
-    async def run() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid)
-        await producer.start()
-        try:
-            for batch, commit in batches:
-                await producer.begin_transaction()
-                for i, value in enumerate(batch):
-                    await producer.send_and_wait(topic, value=value, partition=i % 3)
-                if commit:
-                    await producer.commit_transaction()
-                else:
-                    await producer.abort_transaction()
-        finally:
-            await producer.stop()
-
-    asyncio.run(asyncio.wait_for(run(), DEADLINE_S))
-
-
-def kafkajs_transaction(bootstrap, topic, tid, batches, clients) -> None:
-    for batch, commit in batches:
-        clients.run_kafkajs(
-            "transaction", bootstrap, topic=topic, transactionalId=tid, commit=commit,
-            messages=[clients.rec_to_js(clients.Rec(None, v, (), None, None, None), i % 3) for i, v in enumerate(batch)],
-        )  # fmt: skip
-
-
 @pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka", "kafkajs"])
 def test_committed_records_are_read_and_aborted_ones_are_not(client, txn_broker, clients) -> None:
     bootstrap = txn_broker.bootstrap
@@ -127,14 +61,7 @@ def test_committed_records_are_read_and_aborted_ones_are_not(client, txn_broker,
     aborted = [f"a{i}".encode() for i in range(6)]
     later = [f"l{i}".encode() for i in range(3)]
     batches = [(committed, True), (aborted, False), (later, True)]
-    if client == "confluent":
-        confluent_transaction(bootstrap, topic, tid, batches)
-    elif client == "kafka-python":
-        kafka_python_transaction(bootstrap, topic, tid, batches)
-    elif client == "aiokafka":
-        aiokafka_transaction(bootstrap, topic, tid, batches)
-    else:
-        kafkajs_transaction(bootstrap, topic, tid, batches, clients)
+    run_transactions(client, bootstrap, topic, tid, batches, clients)
     assert values(read_all(bootstrap, topic)) == sorted(committed + later)
     # read_uncommitted sees everything that reached the log, aborted records included (as in Kafka).
     assert values(read_all(bootstrap, topic, "read_uncommitted")) == sorted(committed + aborted + later)

@@ -183,3 +183,87 @@ def init_producer_id(
             return response
         assert time.monotonic() < deadline, response
         time.sleep(0.05)
+
+
+# --- one client's transactions: batches of values, each committed or aborted, spread over 3 partitions ---
+
+
+def confluent_transaction(
+    bootstrap: str, topic: str, tid: str, batches: list[tuple[list[bytes], bool]]
+) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+    producer.init_transactions(30)
+    for batch, commit in batches:
+        producer.begin_transaction()
+        for i, value in enumerate(batch):
+            producer.produce(topic, value=value, partition=i % 3)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)  # the records reach the log before the abort
+            producer.abort_transaction(30)
+
+
+def kafka_python_transaction(bootstrap, topic, tid, batches) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid)
+    producer.init_transactions()
+    for batch, commit in batches:
+        producer.begin_transaction()
+        for i, value in enumerate(batch):
+            producer.send(topic, value=value, partition=i % 3)
+        producer.flush()
+        if commit:
+            producer.commit_transaction()
+        else:
+            producer.abort_transaction()
+    producer.close()
+
+
+def aiokafka_transaction(bootstrap, topic, tid, batches) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid)
+        await producer.start()
+        try:
+            for batch, commit in batches:
+                await producer.begin_transaction()
+                for i, value in enumerate(batch):
+                    await producer.send_and_wait(topic, value=value, partition=i % 3)
+                if commit:
+                    await producer.commit_transaction()
+                else:
+                    await producer.abort_transaction()
+        finally:
+            await producer.stop()
+
+    asyncio.run(asyncio.wait_for(run(), DEADLINE_S))
+
+
+def kafkajs_transaction(bootstrap, topic, tid, batches, clients) -> None:
+    seed = bootstrap.split(",")[0]  # kafkajs takes one broker per list entry; the first finds the others
+    for batch, commit in batches:
+        clients.run_kafkajs(
+            "transaction", seed, topic=topic, transactionalId=tid, commit=commit,
+            messages=[clients.rec_to_js(clients.Rec(None, v, (), None, None, None), i % 3) for i, v in enumerate(batch)],
+        )  # fmt: skip
+
+
+def run_transactions(client: str, bootstrap: str, topic: str, tid: str, batches, clients) -> None:
+    """Run `batches` ([(values, commit)]) as transactions of one producer of `client`."""
+    if client == "confluent":
+        confluent_transaction(bootstrap, topic, tid, batches)
+    elif client == "kafka-python":
+        kafka_python_transaction(bootstrap, topic, tid, batches)
+    elif client == "aiokafka":
+        aiokafka_transaction(bootstrap, topic, tid, batches)
+    elif client == "kafkajs":
+        kafkajs_transaction(bootstrap, topic, tid, batches, clients)
+    else:
+        raise ValueError(client)

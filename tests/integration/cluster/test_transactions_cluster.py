@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Producer
-from txn_harness import read_all, values, wait_for_state
+from txn_harness import read_all, run_transactions, values, wait_for_state
 
 from broker_runtime.txn.records import TRANSACTION_STATE_TOPIC, transaction_partition
 
@@ -19,17 +19,20 @@ pytestmark = pytest.mark.odradek_only
 TXN_PARTITIONS = 3
 
 
+CLUSTER_OVERRIDES = {
+    "transaction_state_log_num_partitions": TXN_PARTITIONS,
+    "transaction_state_log_replication_factor": 3,
+    "transaction_state_log_min_isr": 2,
+    "offsets_topic_num_partitions": 3,
+    "offsets_topic_replication_factor": 3,
+    "min_insync_replicas": 2,
+    # A paused follower leaves the ISR quickly, so appends that wait for the ISR go on without it.
+    "replica_lag_time_max_ms": 3000,
+}
+
+
 def make_cluster(cluster_factory):
-    return cluster_factory(
-        transaction_state_log_num_partitions=TXN_PARTITIONS,
-        transaction_state_log_replication_factor=3,
-        transaction_state_log_min_isr=2,
-        offsets_topic_num_partitions=3,
-        offsets_topic_replication_factor=3,
-        min_insync_replicas=2,
-        # A paused follower leaves the ISR quickly, so appends that wait for the ISR go on without it.
-        replica_lag_time_max_ms=3000,
-    )
+    return cluster_factory(**CLUSTER_OVERRIDES)
 
 
 def transactional_producer(c, tid: str, **config) -> Producer:
@@ -72,6 +75,20 @@ def test_markers_reach_the_leaders_of_every_partition(cluster_factory, raw) -> N
     assert len(read_all(c.bootstrap, topic, "read_uncommitted")) == 18
     state = wait_for_state(live(c), raw, tid, "CompleteCommit")
     assert state.topics == ()  # every marker written
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka", "kafkajs"])
+def test_every_client_commits_and_aborts_across_the_cluster(client, cluster, clients) -> None:
+    c = cluster  # the module's cluster, every broker kept running
+    topic = f"txn-{client}-{uuid.uuid4().hex[:8]}"
+    c.create_topic(topic, 3, 3)
+    c.wait_for_leaders(topic, 3)
+    committed = [f"c{i}".encode() for i in range(6)]
+    aborted = [f"a{i}".encode() for i in range(6)]
+    run_transactions(client, c.bootstrap, topic, f"{client}-{uuid.uuid4().hex[:8]}",
+                     [(committed, True), (aborted, False)], clients)  # fmt: skip
+    assert values(read_all(c.bootstrap, topic)) == sorted(committed)
+    assert values(read_all(c.bootstrap, topic, "read_uncommitted")) == sorted(committed + aborted)
 
 
 def test_an_open_transaction_survives_its_coordinators_death(cluster_factory, raw) -> None:
