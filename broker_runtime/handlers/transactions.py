@@ -67,6 +67,15 @@ async def _run(ctx: RequestContext, what: str, call: Callable[[Any], Awaitable[T
 
 async def handle_init_producer_id(ctx: RequestContext, request) -> object:
     types = ctx.response_types()
+    producer_id = getattr(request, "producer_id", -1)
+    producer_epoch = getattr(request, "producer_epoch", -1)
+    if (producer_id == -1) != (producer_epoch == -1):
+        # Half of an existing producer (KIP-360) is malformed (Kafka's KafkaApis): taken as a re-initialisation, a
+        # producer id without an epoch would get the current epoch back without fencing the producer holding it.
+        return make(
+            types.InitProducerIdResponse, throttle_time=_ZERO, error_code=ErrorCode.invalid_request,
+            producer_id=-1, producer_epoch=-1,
+        )  # fmt: skip
     if request.transactional_id is None:
         # Idempotent producers get a fresh id at epoch 0, whichever broker they ask (Kafka does the same).
         return make(
@@ -80,8 +89,8 @@ async def handle_init_producer_id(ctx: RequestContext, request) -> object:
         lambda runtime: runtime.init_producer_id(
             tid,
             _ms(request.transaction_timeout),
-            getattr(request, "producer_id", -1),
-            getattr(request, "producer_epoch", -1),
+            producer_id,
+            producer_epoch,
         ),
     )
     if isinstance(result, ErrorCode):

@@ -201,3 +201,17 @@ def test_list_transactions(version, client, topic) -> None:
                               producer_id_filters=(pid,), duration_filter=-1))  # fmt: skip
     assert list(empty.transaction_states) == []
     assert end_txn(client, 3, tid, pid, epoch, committed=False) == E.none
+
+
+@pytest.mark.parametrize("version", [3, 4, 5])
+def test_init_producer_id_with_half_an_existing_producer_is_invalid(version, client) -> None:
+    """KIP-360 versions name an existing producer by id and epoch; one without the other is INVALID_REQUEST (Kafka's
+    KafkaApis), never a re-initialisation that hands out the current epoch without fencing its holder."""
+    tid = f"ipv{version}-{uuid.uuid4().hex[:8]}"
+    pid, epoch = begin(client, tid)
+    assert init_producer_id(client, tid, version, pid=pid, epoch=-1).error_code == E.invalid_request
+    assert init_producer_id(client, tid, version, pid=-1, epoch=epoch).error_code == E.invalid_request
+    assert init_producer_id(client, None, version, pid=pid, epoch=-1).error_code == E.invalid_request
+    # The producer holding the epoch was not disturbed: naming it whole bumps its epoch, as KIP-360 does.
+    bumped = init_producer_id(client, tid, version, pid=pid, epoch=epoch)
+    assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (E.none, pid, epoch + 1)
