@@ -7,18 +7,10 @@ consumed offsets committed with the last committed transaction are where the res
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
-from txn_harness import read_all
-
-HERE = Path(__file__).resolve().parent
-PROCESSOR = HERE / "txn_processor.py"
+from txn_harness import check_exactly_once_across_a_killed_processor
 
 EOS_BROKER_OVERRIDES = {
     "num.partitions": "3",
@@ -51,65 +43,11 @@ def new_topic(clients, bootstrap: str, partitions: int = 3) -> str:
     return name
 
 
-def start_processor(client: str, bootstrap: str, input_topic: str, output_topic: str, group: str, tid: str,
-                    log_path: Path, crash_after: int | None = None) -> subprocess.Popen:  # fmt: skip
-    args = [sys.executable, str(PROCESSOR), client, bootstrap, input_topic, output_topic, group, tid, "10"]
-    if crash_after is not None:
-        args.append(str(crash_after))
-    return subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=open(log_path, "ab"), text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
-
-
-def wait_for_line(proc: subprocess.Popen, wanted: str, log_path: Path) -> None:
-    assert proc.stdout is not None
-    for line in proc.stdout:  # the processor prints one line per milestone; a dead one ends the stream
-        if line.strip() == wanted:
-            return
-    proc.wait()
-    raise AssertionError(
-        f"processor exited {proc.returncode} before {wanted}:\n{log_path.read_text()[-4000:]}"
-    )
-
-
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])
 def test_exactly_once_read_process_write_across_a_killed_processor(
     client, eos_broker, clients, tmp_path
 ) -> None:
     bootstrap = eos_broker.bootstrap
-    input_topic, output_topic = new_topic(clients, bootstrap), new_topic(clients, bootstrap)
-    inputs = [clients.Rec(f"k{i}".encode(), f"v{i}".encode(), (), None, None, None) for i in range(90)]
-    for p in range(3):
-        clients.confluent_produce(bootstrap, input_topic, inputs[p * 30 : (p + 1) * 30], p)
-    group, tid = f"eos-{uuid.uuid4().hex[:8]}", f"eos-{client}-{uuid.uuid4().hex[:8]}"
-    log_path = tmp_path / "processor.log"
-
-    # Killed in its third transaction, with 5 records of it written to the output but not committed.
-    crashing = start_processor(
-        client, bootstrap, input_topic, output_topic, group, tid, log_path, crash_after=25
+    check_exactly_once_across_a_killed_processor(
+        client, bootstrap, new_topic(clients, bootstrap), new_topic(clients, bootstrap), clients, tmp_path
     )
-    try:
-        wait_for_line(crashing, "CRASH-POINT", log_path)
-    finally:
-        crashing.send_signal(signal.SIGKILL)
-        crashing.wait()
-    uncommitted = read_all(bootstrap, output_topic, "read_uncommitted")
-    assert len(uncommitted) >= 25  # the killed transaction's records are in the log
-
-    restarted = start_processor(client, bootstrap, input_topic, output_topic, group, tid, log_path)
-    try:
-        wait_for_line(restarted, "DONE", log_path)
-        assert restarted.wait(30) == 0
-    finally:
-        if restarted.poll() is None:
-            restarted.kill()
-
-    output = read_all(bootstrap, output_topic)
-    produced = {(p, offset): value for p, offset, value in read_all(bootstrap, input_topic)}
-    seen = [value.split(b":", 2) for _, _, value in output]
-    keys = [(int(p), int(offset)) for p, offset, _ in seen]
-    assert sorted(keys) == sorted(produced), "every input exactly once"
-    assert all(value == produced[(int(p), int(offset))] for p, offset, value in seen)
-    # The killed transaction's records are still in the log, aborted: only read_committed leaves them out.
-    assert len(read_all(bootstrap, output_topic, "read_uncommitted")) >= len(produced) + 5

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
+import signal
 import struct
+import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode as E
@@ -267,3 +272,71 @@ def run_transactions(client: str, bootstrap: str, topic: str, tid: str, batches,
         kafkajs_transaction(bootstrap, topic, tid, batches, clients)
     else:
         raise ValueError(client)
+
+
+# --- exactly-once read-process-write (txn_processor.py in its own process) --------------------------------------
+
+PROCESSOR = Path(__file__).resolve().parent / "txn_processor.py"
+
+
+def start_processor(client: str, bootstrap: str, input_topic: str, output_topic: str, group: str, tid: str,
+                    log_path: Path, crash_after: int | None = None) -> subprocess.Popen:  # fmt: skip
+    args = [sys.executable, str(PROCESSOR), client, bootstrap, input_topic, output_topic, group, tid, "10"]
+    if crash_after is not None:
+        args.append(str(crash_after))
+    return subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=open(log_path, "ab"), text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+
+
+def wait_for_line(proc: subprocess.Popen, wanted: str, log_path: Path) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the processor prints one line per milestone; a dead one ends the stream
+        if line.strip() == wanted:
+            return
+    proc.wait()
+    raise AssertionError(
+        f"processor exited {proc.returncode} before {wanted}:\n{log_path.read_text()[-4000:]}"
+    )
+
+
+def check_exactly_once_across_a_killed_processor(
+    client: str, bootstrap: str, input_topic: str, output_topic: str, clients, tmp_path: Path
+) -> None:
+    """90 inputs over 3 partitions; the processor is killed in its third transaction (5 of its records in the
+    log, uncommitted), restarted, and runs to the end: the read_committed output holds every input once."""
+    inputs = [clients.Rec(f"k{i}".encode(), f"v{i}".encode(), (), None, None, None) for i in range(90)]
+    for p in range(3):
+        clients.confluent_produce(bootstrap, input_topic, inputs[p * 30 : (p + 1) * 30], p)
+    group, tid = f"eos-{uuid.uuid4().hex[:8]}", f"eos-{client}-{uuid.uuid4().hex[:8]}"
+    log_path = tmp_path / "processor.log"
+
+    # Killed in its third transaction, with 5 records of it written to the output but not committed.
+    crashing = start_processor(
+        client, bootstrap, input_topic, output_topic, group, tid, log_path, crash_after=25
+    )
+    try:
+        wait_for_line(crashing, "CRASH-POINT", log_path)
+    finally:
+        crashing.send_signal(signal.SIGKILL)
+        crashing.wait()
+    uncommitted = read_all(bootstrap, output_topic, "read_uncommitted")
+    assert len(uncommitted) >= 25  # the killed transaction's records are in the log
+
+    restarted = start_processor(client, bootstrap, input_topic, output_topic, group, tid, log_path)
+    try:
+        wait_for_line(restarted, "DONE", log_path)
+        assert restarted.wait(30) == 0
+    finally:
+        if restarted.poll() is None:
+            restarted.kill()
+
+    output = read_all(bootstrap, output_topic)
+    produced = {(p, offset): value for p, offset, value in read_all(bootstrap, input_topic)}
+    seen = [value.split(b":", 2) for _, _, value in output]
+    keys = [(int(p), int(offset)) for p, offset, _ in seen]
+    assert sorted(keys) == sorted(produced), "every input exactly once"
+    assert all(value == produced[(int(p), int(offset))] for p, offset, value in seen)
+    # The killed transaction's records are still in the log, aborted: only read_committed leaves them out.
+    assert len(read_all(bootstrap, output_topic, "read_uncommitted")) >= len(produced) + 5

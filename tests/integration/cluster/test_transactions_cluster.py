@@ -10,7 +10,13 @@ import uuid
 
 import pytest
 from confluent_kafka import Producer
-from txn_harness import read_all, run_transactions, values, wait_for_state
+from txn_harness import (
+    check_exactly_once_across_a_killed_processor,
+    read_all,
+    run_transactions,
+    values,
+    wait_for_state,
+)
 
 from broker_runtime.txn.records import TRANSACTION_STATE_TOPIC, transaction_partition
 
@@ -89,6 +95,18 @@ def test_every_client_commits_and_aborts_across_the_cluster(client, cluster, cli
                      [(committed, True), (aborted, False)], clients)  # fmt: skip
     assert values(read_all(c.bootstrap, topic)) == sorted(committed)
     assert values(read_all(c.bootstrap, topic, "read_uncommitted")) == sorted(committed + aborted)
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_exactly_once_across_a_killed_processor_on_the_cluster(client, cluster, clients, tmp_path) -> None:
+    # The group's offsets, the transaction's state and the data live on different brokers: the markers for
+    # __consumer_offsets go through WriteTxnMarkers to the group coordinator's broker.
+    topics = []
+    for _ in range(2):
+        topics.append(f"eos-{uuid.uuid4().hex[:8]}")
+        cluster.create_topic(topics[-1], 3, 3)
+        cluster.wait_for_leaders(topics[-1], 3)
+    check_exactly_once_across_a_killed_processor(client, cluster.bootstrap, *topics, clients, tmp_path)
 
 
 def test_an_open_transaction_survives_its_coordinators_death(cluster_factory, raw) -> None:
