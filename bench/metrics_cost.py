@@ -133,13 +133,28 @@ def med(rounds: list[dict], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def paired_changes(off: list[dict], on: list[dict], key: str) -> list[float]:
+    """Per round, on against off in percent: the two ran back to back, so they share the machine's state."""
+    return sorted(
+        (b[key] - a[key]) / a[key] * 100
+        for a, b in zip(off, on, strict=True)
+        if a.get(key) and b.get(key) is not None
+    )
+
+
 def markdown(result: dict[str, Any]) -> str:
     off, on = result["summary"]["off"], result["summary"]["on"]
 
     def row(label: str, key: str, digits: int) -> str:
         a, b = off[key], on[key]
         change = f"{(b - a) / a * 100:+.1f} %" if a and b is not None else "n/a"
-        return f"| {label} | {a:,.{digits}f} | {b:,.{digits}f} | {change} |"
+        paired = paired_changes(result["off"], result["on"], key)
+        spread = (
+            f"{statistics.median(paired):+.1f} % ({paired[len(paired) // 4]:+.1f} to {paired[-1 - len(paired) // 4]:+.1f})"
+            if paired
+            else "n/a"
+        )
+        return f"| {label} | {a:,.{digits}f} | {b:,.{digits}f} | {change} | {spread} |"
 
     lines = [
         "# Broker metrics: cost on the produce and fetch paths",
@@ -150,8 +165,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"({result['scrapes']} scrapes, {result['scrape_failures']} failed, "
         f'{result["scrape_bytes_median"]:,} bytes each); "off": not set.',
         "",
-        "| measure | metrics off | metrics on (scraped 1/s) | change |",
-        "|---|---:|---:|---:|",
+        "| measure | metrics off | metrics on (scraped 1/s) | change of the medians | paired rounds: median change (quartiles) |",
+        "|---|---:|---:|---:|---:|",
         row("produce: broker CPU s per million records (primary)", "produce_cpu_s_per_million", 3),
         row("consume: broker CPU s per million records (primary)", "consume_cpu_s_per_million", 3),
         row("produce: records/s", "produce_records_per_s", 0),
