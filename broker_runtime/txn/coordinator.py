@@ -616,6 +616,16 @@ class TransactionCoordinatorShard:
         else:
             self._marker_jobs.append(job)
 
+    def pending_markers(self, transactional_id: str) -> MarkerJob | None:
+        """The markers a decided transaction waits for (the job its completion stands for), if any."""
+        metadata = self.transactions.get(transactional_id)
+        if metadata is None or metadata.pending_state not in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            return None
+        return MarkerJob(
+            transactional_id, self.coordinator_epoch, metadata.producer_id, metadata.producer_epoch,
+            metadata.pending_state is S.COMPLETE_COMMIT, frozenset(metadata.partitions),
+        )  # fmt: skip
+
     def is_current(self, job: MarkerJob) -> bool:
         """Whether the markers of `job` are still wanted: the same transaction, still waiting for them."""
         metadata = self.transactions.get(job.transactional_id)

@@ -113,6 +113,11 @@ class TransactionMarkerSender:
     def pending_transactions(self) -> int:
         return len(self._pending)
 
+    def outstanding(self, job: MarkerJob) -> frozenset[TopicPartition] | None:
+        """The partitions of `job` still waiting for their marker; None when the sender holds no such job."""
+        pending = self._pending.get(job.transactional_id)
+        return frozenset(pending.outstanding) if pending is not None and pending.job == job else None
+
     async def stop(self) -> None:
         self._stopped = True
         for timer in self._timers:

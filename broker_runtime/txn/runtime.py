@@ -12,6 +12,7 @@ the same shard object, so a shard that was unloaded (or reloaded) never complete
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -174,7 +175,13 @@ class TransactionCoordinatorRuntime(CoordinatorRuntime[TransactionCoordinatorSha
             handle = self.active_handle(self.partition_for(transactional_id))
         except KafkaError as exc:
             return TransactionDescription(exc.error_code, transactional_id)
-        return handle.shard.describe(transactional_id)
+        described = handle.shard.describe(transactional_id)
+        job = handle.shard.pending_markers(transactional_id)
+        outstanding = self.markers.outstanding(job) if job is not None else None
+        if outstanding is not None:
+            # As Kafka: a transaction being completed lists only the partitions still without their marker.
+            described = dataclasses.replace(described, partitions=tuple(sorted(outstanding)))
+        return described
 
     def list_transactions(
         self, state_names: list[str], producer_ids: list[int], min_duration_ms: int

@@ -1,6 +1,7 @@
 """The transaction coordinator on the coordinator runtime, with the in-memory broker of the runtime's tests: a
-loaded PrepareCommit is finished (markers at the partition's leader epoch, then CompleteCommit in the log), and a
-shard that loses its partition before the markers are written completes nothing."""
+loaded PrepareCommit is finished (markers at the partition's leader epoch, then CompleteCommit in the log; while
+it is, DescribeTransactions lists the partitions still without a marker), and a shard that loses its partition
+before the markers are written completes nothing."""
 
 from __future__ import annotations
 
@@ -41,14 +42,18 @@ INDEX = transaction_partition(TID, PARTITIONS)
 
 
 class Destination:
-    """Where the runtime's marker sender writes: held until released, then every partition written."""
+    """Where the runtime's marker sender writes: each broker held until released, then every partition written."""
 
     def __init__(self) -> None:
-        self.release = asyncio.Event()
+        self.released = {1: asyncio.Event(), 2: asyncio.Event()}
         self.written: list[tuple] = []
 
+    def release(self, *broker_ids: int) -> None:
+        for broker_id in broker_ids or tuple(self.released):
+            self.released[broker_id].set()
+
     async def write(self, broker_id: int, markers) -> list[dict]:
-        await self.release.wait()
+        await self.released[broker_id].wait()
         for m in markers:
             self.written.append((broker_id, m.producer_id, m.producer_epoch, m.coordinator_epoch, m.committed,
                                  sorted(m.partitions)))  # fmt: skip
@@ -61,7 +66,7 @@ async def started_with_prepare_commit() -> tuple[FakeBroker, TransactionCoordina
     runtime = TransactionCoordinatorRuntime(broker)
     destination = Destination()
     runtime.markers._write = destination.write
-    runtime.markers._route_of = lambda topic, partition: 1  # every data partition led by broker 1
+    runtime.markers._route_of = lambda topic, partition: 1 if topic == "a" else 2  # "a" on broker 1, "b" on 2
     partition = FakePartition()
     partition.leader_epoch = LEADER_EPOCH
     broker.replica_manager.partitions[INDEX] = partition
@@ -88,9 +93,18 @@ def test_a_loaded_prepare_commit_is_finished_by_the_new_coordinator() -> None:
         broker, runtime, destination = await started_with_prepare_commit()
         shard = runtime.active_shards()[0]
         assert shard.transactions[TID].pending_state is S.COMPLETE_COMMIT  # waiting for its markers
-        destination.release.set()
+        await until(lambda: runtime.markers.pending_transactions == 1, "markers on their way")
+        assert runtime.describe(TID).partitions == (("a", 0), ("b", 1))
+        destination.release(1)
+        await until(lambda: destination.written, "broker 1's marker")
+        await until(lambda: runtime.describe(TID).partitions == (("b", 1),), "only b left to mark")
+        assert runtime.describe(TID).state == "PrepareCommit"
+        destination.release(2)
         await until(lambda: shard.transactions[TID].state is S.COMPLETE_COMMIT, "CompleteCommit")
-        assert destination.written == [(1, 7, 2, LEADER_EPOCH, True, [("a", 0), ("b", 1)])]
+        assert sorted(destination.written) == [
+            (1, 7, 2, LEADER_EPOCH, True, [("a", 0)]), (2, 7, 2, LEADER_EPOCH, True, [("b", 1)]),
+        ]  # fmt: skip
+        assert runtime.describe(TID).partitions == ()
         assert logged_states(broker) == [S.PREPARE_COMMIT, S.COMPLETE_COMMIT]
         assert runtime.markers.pending_transactions == 0
         await runtime.stop()
@@ -103,7 +117,7 @@ def test_a_coordinator_that_lost_its_partition_completes_nothing() -> None:
         broker, runtime, destination = await started_with_prepare_commit()
         await until(lambda: runtime.markers.pending_transactions == 1, "markers on their way")
         broker.replica_manager.lead(INDEX, is_leader=False)  # the partition moved away mid-send
-        destination.release.set()
+        destination.release()
         await until(lambda: runtime.markers.pending_transactions == 0, "the job dropped")
         assert logged_states(broker) == [S.PREPARE_COMMIT]  # no CompleteCommit from a deposed coordinator
         await runtime.stop()
