@@ -15,6 +15,7 @@ from functools import partial
 
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.clock import Clock
 from broker_runtime.config import LONG_MAX
 from broker_runtime.errors import CloseConnection, KafkaError
 from broker_runtime.handlers.context import RequestContext
@@ -24,6 +25,7 @@ from broker_runtime.protocol.records import (
     INT64_MAX,
     INT64_MIN,
     NO_RULES,
+    TRANSACTIONAL_FLAG,
     BatchHeader,
     InvalidRecords,
     RecordRules,
@@ -42,25 +44,27 @@ async def handle_produce(ctx: RequestContext, request) -> object:
     broker = ctx.broker
     acks = request.acks
     timeout_ms = int(request.timeout.total_seconds() * 1000)
-    # (topic, index, (Partition, AppendResult) | task appending | KafkaError | InvalidRecords)
-    pending: list[tuple[str, int, object]] = []
-    sizes: dict[tuple[str, int], int] = {}  # bytes received per partition, for the broker's metrics
+    has_txn_id = request.transactional_id is not None
+    refused = None  # what every partition of the request is answered when the request itself is refused
+    if acks not in (0, 1, -1):
+        refused = KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, got {acks}")
+    # (topic, index, bytes received, (Partition, AppendResult) | task appending | KafkaError | InvalidRecords)
+    pending: list[tuple[str, int, int, object]] = []
     for topic_data in request.topic_data:
         name = topic_data.name
         for part in topic_data.partition_data:
-            try:
-                if acks not in (0, 1, -1):
-                    raise KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, got {acks}")
-                pending.append((
-                    name, part.index,
-                    _append(ctx, name, part.index, part.records, acks, request.transactional_id is not None),
-                ))  # fmt: skip
-                sizes[name, part.index] = len(part.records)
-            except (InvalidRecords, KafkaError) as exc:
-                pending.append((name, part.index, exc))
+            records = part.records
+            if refused is not None:
+                outcome: object = refused
+            else:
+                try:
+                    outcome = _append(ctx, name, part.index, records, acks, has_txn_id)
+                except (InvalidRecords, KafkaError) as exc:
+                    outcome = exc
+            pending.append((name, part.index, len(records) if records is not None else 0, outcome))
 
-    results = {}
-    for name, index, outcome in pending:
+    results: dict[str, list[tuple[int, object]]] = {}
+    for name, index, size, outcome in pending:
         try:
             if isinstance(outcome, asyncio.Task):
                 # Shielded: an append under way completes even if the client goes away, or a later append to
@@ -69,14 +73,15 @@ async def handle_produce(ctx: RequestContext, request) -> object:
             if isinstance(outcome, tuple):
                 partition, outcome = outcome
                 if not outcome.duplicate:
-                    broker.metrics.record_produce(
-                        name, outcome.last_offset - outcome.base_offset + 1, sizes[name, index]
-                    )
+                    broker.metrics.record_produce(name, outcome.last_offset - outcome.base_offset + 1, size)
                 if acks == -1:
                     await broker.replica_manager.wait_for_replication(partition, outcome, timeout_ms)
         except (InvalidRecords, KafkaError) as exc:
             outcome = exc
-        results.setdefault(name, []).append((index, outcome))
+        parts = results.get(name)
+        if parts is None:
+            parts = results[name] = []
+        parts.append((index, outcome))
 
     if acks == 0:
         failed = [
@@ -117,24 +122,32 @@ def _append(ctx: RequestContext, name: str, index: int, records: bytes | None, a
     batch = bytearray(records)
     max_bytes = partition.log.config.max_message_bytes
     header = validate_produce_batch(batch, max_bytes)
-    if header.is_transactional and not has_txn_id:
+    if header.attributes & TRANSACTIONAL_FLAG and not has_txn_id:
         # Kafka answers a request with transactional records and no transactional id this way (no authorizer
         # would let it write to a transaction).
         raise KafkaError(
             ErrorCode.transactional_id_authorization_failed, "transactional records need a transactional id"
         )
-    if header.codec == CODEC_ZSTD and ctx.api_version < 7:
+    codec = header.codec
+    if codec == CODEC_ZSTD and ctx.api_version < 7:
         raise KafkaError(ErrorCode.unsupported_compression_type, "zstd needs Produce v7 or later")
     policy = broker.produce_policy(name)
-    rules = _record_rules(policy, broker.clock.time_ms())
-    target_codec = header.codec if policy.codec is None else policy.codec
-    limit = broker.config["socket.request.max.bytes"]
+    rules = _record_rules(policy, broker.clock)
+    target_codec = codec if policy.codec is None else policy.codec
     previous = partition.append_tail
     validation = None
-    if target_codec == header.codec and _checked_inline(batch, header, rules, limit):
+    if target_codec != codec:
+        inline = False  # recompressed on a worker
+    elif codec == CODEC_NONE:
+        check_records(batch, header, rules)  # walked in place: nothing to decompress, nothing to bound
+        inline = True
+    else:
+        inline = _checked_inline(broker, batch, header, rules)
+    if inline:
         if previous is None or previous.done():
             return broker.replica_manager.append_local(name, index, batch, header, acks=acks)
     else:
+        limit = broker.config["socket.request.max.bytes"]
         work = partial(_check_and_recompress, batch, header, rules, target_codec, max_bytes, limit)
         validation = asyncio.get_running_loop().run_in_executor(broker.record_workers, work)
     task = asyncio.get_running_loop().create_task(
@@ -145,10 +158,12 @@ def _append(ctx: RequestContext, name: str, index: int, records: bytes | None, a
     return task
 
 
-def _checked_inline(batch: bytearray, header: BatchHeader, rules: RecordRules, limit: int) -> bool:
-    """Check the records on the event loop if the batch is uncompressed or decompresses to at most
-    INLINE_DECOMPRESSED_BYTES; False if it decompresses to more, for a worker to check against `limit`."""
-    budget = limit if header.codec == CODEC_NONE else min(limit, INLINE_DECOMPRESSED_BYTES)
+def _checked_inline(broker, batch: bytearray, header: BatchHeader, rules: RecordRules) -> bool:
+    """Check a compressed batch's records on the event loop if it decompresses to at most
+    INLINE_DECOMPRESSED_BYTES; False if it decompresses to more, for a worker to check against
+    `socket.request.max.bytes`."""
+    limit = broker.config["socket.request.max.bytes"]
+    budget = min(limit, INLINE_DECOMPRESSED_BYTES)
     try:
         check_records(batch, header, rules, budget)
     except InvalidRecords as exc:
@@ -199,18 +214,22 @@ def _check_and_recompress(
     return batch, header
 
 
-def _record_rules(policy, now_ms: int) -> RecordRules:
+def _record_rules(policy, clock: Clock) -> RecordRules:
     """Keys on compacted topics; CreateTime timestamps within [now - before.max.ms, now + after.max.ms]."""
     before, after = policy.timestamp_before_max_ms, policy.timestamp_after_max_ms
     if policy.log_append_time:
         before = after = LONG_MAX
-    if not policy.compacted and before == LONG_MAX and after == LONG_MAX:
-        return NO_RULES
+    if before == LONG_MAX and after == LONG_MAX:
+        return KEYS_REQUIRED if policy.compacted else NO_RULES
+    now_ms = clock.time_ms()
     return RecordRules(
         keys_required=policy.compacted,
         min_timestamp=INT64_MIN if before == LONG_MAX else max(INT64_MIN, now_ms - before),
         max_timestamp=INT64_MAX if after == LONG_MAX else min(INT64_MAX, now_ms + after),
     )
+
+
+KEYS_REQUIRED = RecordRules(keys_required=True)
 
 
 def _partition_result(index: int, outcome) -> PartitionResult:

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -78,8 +79,7 @@ class FlushPlan:
             self.log.fs.fsync_dir(self.log.dir)
 
 
-@dataclass(frozen=True)
-class AppendResult:
+class AppendResult(NamedTuple):  # one per append: a tuple is cheaper to build than a frozen dataclass
     base_offset: int
     last_offset: int
     log_append_time: int  # -1 unless LogAppendTime

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import io
 import struct
-from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
 from kio.serial import entity_reader, entity_writer
 
 from broker_runtime.protocol import inter_broker
-from broker_runtime.protocol.request_check import MalformedRequest, check_request
+from broker_runtime.protocol.request_check import MalformedRequest, body_check
 from broker_runtime.protocol.varint import VarintError, read_uvarint
 
 _SIZE = struct.Struct(">i")
@@ -39,16 +38,14 @@ class UnsupportedVersion(FrameError):
         self.header = header
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):  # a tuple: built per request, cheaper than a frozen dataclass
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class EncodedBody:
+class EncodedBody(NamedTuple):
     """A response body already in wire form (hand-encoded hot-path responses)."""
 
     body: bytes
@@ -83,41 +80,65 @@ def parse_header(frame: memoryview) -> tuple[RequestHeader, int]:
     if client_id_len >= 0:
         if pos + client_id_len > len(frame):
             raise FrameError("client id runs past the end of the frame")
-        client_id = bytes(frame[pos : pos + client_id_len]).decode("utf-8", "replace")
+        client_id = str(frame[pos : pos + client_id_len], "utf-8", "replace")
         pos += client_id_len
-    return RequestHeader(api_key, api_version, correlation_id, client_id), pos
+    return _new_header(RequestHeader, (api_key, api_version, correlation_id, client_id)), pos
+
+
+_new_header = tuple.__new__  # RequestHeader's own __new__ is a Python function: one call fewer per request
 
 
 def decode_body(header: RequestHeader, frame: memoryview, pos: int) -> Any:
     """Decode the request body with kio; raises FrameError on anything malformed."""
+    decoder = _decoders.get((header.api_key, header.api_version))
+    if decoder is None:
+        decoder = _decoder(header)
+    cls, check, read = decoder
+    if cls.__flexible__:
+        if pos < len(frame) and frame[pos] == 0:  # no tagged fields: the usual case
+            pos += 1
+        else:
+            pos = _skip_tagged_fields(frame, pos)
+    try:
+        # Lengths and nulls first: kio trusts length prefixes (see request_check).
+        check(frame, pos, len(frame))
+    except MalformedRequest as exc:
+        raise FrameError(f"malformed {cls.__name__} v{header.api_version}: {exc}") from None
+    try:
+        body, _ = read(frame, pos)
+    except Exception as exc:  # kio raises assorted errors on malformed input
+        raise FrameError(f"malformed {cls.__name__} v{header.api_version}: {exc!r}") from None
+    # Bytes after the body are ignored, as Kafka ignores them: librdkafka's Metadata v11 carries some.
+    return body
+
+
+# (api key, version) -> (kio request class, its request_check walk, its kio reader): one look-up per request
+_decoders: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
+
+
+def _decoder(header: RequestHeader) -> tuple[Any, Any, Any]:
     try:
         cls = request_class(header.api_key, header.api_version)
     except (UnknownAPIKey, UnknownEntity) as exc:
         raise UnsupportedVersion(
             header, f"api {header.api_key} v{header.api_version} is not supported"
         ) from exc
-    if cls.__flexible__:
-        try:
-            count, pos = read_uvarint(frame, pos)
-            for _ in range(count):
-                _, pos = read_uvarint(frame, pos)
-                size, pos = read_uvarint(frame, pos)
-                pos += size
-        except VarintError as exc:
-            raise FrameError(f"request header tagged fields: {exc}") from None
-        if pos > len(frame):
-            raise FrameError("request header tagged fields run past the end of the frame")
+    decoder = _decoders[header.api_key, header.api_version] = (cls, body_check(cls), _reader(cls))
+    return decoder
+
+
+def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
     try:
-        # Lengths and nulls first: kio trusts length prefixes (see request_check).
-        check_request(cls, frame, pos)
-    except MalformedRequest as exc:
-        raise FrameError(f"malformed {cls.__name__} v{header.api_version}: {exc}") from None
-    try:
-        body, _ = _reader(cls)(frame, pos)
-    except Exception as exc:  # kio raises assorted errors on malformed input
-        raise FrameError(f"malformed {cls.__name__} v{header.api_version}: {exc!r}") from None
-    # Bytes after the body are ignored, as Kafka ignores them: librdkafka's Metadata v11 carries some.
-    return body
+        count, pos = read_uvarint(frame, pos)
+        for _ in range(count):
+            _, pos = read_uvarint(frame, pos)
+            size, pos = read_uvarint(frame, pos)
+            pos += size
+    except VarintError as exc:
+        raise FrameError(f"request header tagged fields: {exc}") from None
+    if pos > len(frame):
+        raise FrameError("request header tagged fields run past the end of the frame")
+    return pos
 
 
 def encode_response(correlation_id: int, response: Any, *, header_v0: bool = False) -> bytes:

@@ -10,6 +10,10 @@ Every request gets exactly one answer or its connection is closed: a handler tha
 cancelled, or a response that cannot be encoded closes the connection, because the client would otherwise wait
 for that answer or match a later one to it. A frame that cannot be parsed closes the connection with one WARNING
 line; nothing else is touched.
+
+Produce, the hot path, skips the task when it can: its handler's first step runs as the request is taken, and a
+produce that appends on the event loop is answered then; one that awaits (acks=-1, a batch checked on a worker
+thread) goes on in a task from where it stopped. The answers to the requests of one read leave in one send.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Coroutine, Generator
 from typing import TYPE_CHECKING
 
 from broker_runtime.clock import TimerHandle
@@ -24,7 +29,7 @@ from broker_runtime.errors import CloseConnection
 from broker_runtime.handlers.context import RequestContext
 from broker_runtime.protocol.apis import ApiKey
 from broker_runtime.protocol.connection import Frame, ServerConnection, Slot
-from broker_runtime.protocol.framing import FrameError, parse_header
+from broker_runtime.protocol.framing import FrameError, RequestHeader, parse_header
 
 if TYPE_CHECKING:
     from broker_runtime.server.listener import Listener
@@ -33,19 +38,63 @@ log = logging.getLogger(__name__)
 
 _ids = itertools.count(1)
 _MAX_IN_FLIGHT = 64  # stop reading from a client that has this many requests unanswered
+_PRODUCE = int(ApiKey.PRODUCE)
 
 
-def _api_name(api_key: int) -> str:
+# APIs whose handler's first step runs as the request is taken (see _on_frame). Their handlers must not need to
+# be in a task for that step (no asyncio.current_task(), asyncio.timeout()).
+_EAGER = frozenset({_PRODUCE})
+
+
+async def _resumed(coro: Coroutine, awaiting: object) -> object:
+    """The rest of a coroutine whose first step ran outside a task and yielded `awaiting` (a future, or None
+    for a bare yield): run by a task from there, as if the task had run it from the start."""
+    return await _Resume(coro, awaiting)
+
+
+class _Resume:
+    __slots__ = ("awaiting", "coro")
+
+    def __init__(self, coro: Coroutine, awaiting: object) -> None:
+        self.coro = coro
+        self.awaiting = awaiting
+
+    def __await__(self) -> Generator[object, object, object]:
+        # What `yield from` does for a coroutine that has not started, for one that has: hand each yielded
+        # future to the task, and what the task sends or throws back to the coroutine.
+        coro, awaiting = self.coro, self.awaiting
+        while True:
+            try:
+                sent = yield awaiting
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation, above all: the coroutine handles it
+                try:
+                    awaiting = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    awaiting = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
+
+
+def _what(header: RequestHeader) -> str:
+    """A request, as log lines name it."""
     try:
-        return ApiKey(api_key).name
+        name = ApiKey(header.api_key).name
     except ValueError:
-        return f"api {api_key}"
+        name = f"api {header.api_key}"
+    return f"{name} v{header.api_version} (correlation id {header.correlation_id})"
 
 
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, listener: Listener, ip: str) -> None:
         self._listener = listener
         self._dispatcher = listener.dispatcher
+        self._record_request = listener.dispatcher.request_recorder()
         self._clock = listener.clock
         self._core = ServerConnection(
             listener.max_request_size, listener.pool.try_reserve if listener.pool is not None else None
@@ -80,9 +129,9 @@ class KafkaConnection(asyncio.Protocol):
         self._release(self._core.release_all())
 
     def data_received(self, data: bytes) -> None:
-        self._last_activity = self._clock.monotonic_ms()
+        self._last_activity = now_ms = self._clock.monotonic_ms()
         self._core.receive_data(data)
-        self._take_requests()
+        self._take_requests(now_ms)
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -127,90 +176,143 @@ class KafkaConnection(asyncio.Protocol):
 
     # --- requests -----------------------------------------------------------------------------------------
 
-    def _take_requests(self) -> None:
-        """Turn buffered frames into running requests while the limits allow."""
+    def _take_requests(self, now_ms: int | None = None) -> None:
+        """Turn buffered frames into running requests while the limits allow. `now_ms`: the clock's time, when
+        the caller has just read it (a request's time is counted from when it is taken)."""
         listener = self._listener
+        queue = listener.queue
+        core = self._core
+        if now_ms is None:
+            now_ms = self._clock.monotonic_ms()
+        started = 0
         try:
-            while self._transport is not None and self._core.in_flight < _MAX_IN_FLIGHT:
-                if listener.queue.full:
+            while self._transport is not None and core.in_flight < _MAX_IN_FLIGHT:
+                if queue.full:
                     listener.waiters.add(self, self._take_requests)
                     break
-                frame = self._core.next_frame()
+                frame = core.next_frame()
                 if frame is None:
-                    if self._core.waiting_for_memory:
+                    if core.waiting_for_memory:
                         listener.waiters.add(self, self._take_requests)
                     break
-                self._on_frame(frame)
+                started += self._on_frame(frame, now_ms)
         except FrameError as exc:
+            self._flush(now_ms)  # the requests before the bad frame keep their answers
             self.abort(f"closing connection {self.id} from {self.peer}: {exc}")
+        if started:
+            # A task runs its first step in the loop iteration after its creation, before this callback: the
+            # requests have left the queue when their handlers have started. One callback for all of them.
+            asyncio.get_running_loop().call_soon(listener.requests_started, started)
+        self._flush(now_ms)  # the requests answered at once leave together: one send for all of them
         self._update_reading()
 
-    def _on_frame(self, frame: Frame) -> None:
+    def _on_frame(self, frame: Frame, now_ms: int) -> bool:
+        """Start the frame's request; True when its handler became a task (it holds a place in the queue)."""
+        reserved = frame.reserved
         try:
             header, body_pos = parse_header(frame.payload)
             ctx = RequestContext(self._dispatcher.broker, header, self.ip, self.id)
             immediate, coro = self._dispatcher.prepare(ctx, frame.payload, body_pos)
         except FrameError:
-            self._release(frame.reserved)
+            self._release(reserved)
             raise
         # Kafka keeps a request's buffer reserved while its records may be referenced: Produce until the
         # handler is done; every other request only until it is parsed.
-        held = frame.reserved if header.api_key == ApiKey.PRODUCE else 0
-        self._release(frame.reserved - held)
+        held = 0
+        if reserved:
+            held = reserved if header.api_key == _PRODUCE else 0
+            self._release(reserved - held)
         slot = self._core.open_slot(header.correlation_id, header.api_key)
         if coro is None:
-            self._dispatcher.record_request(header.api_key, header.api_version, 0.0)
-            self._complete(slot, immediate)
-            return
-        started_ms = self._listener.clock.monotonic_ms()
+            self._record_request(header.api_key, header.api_version, 0.0)
+            self._complete(slot, immediate, header)
+            return False
+        if header.api_key in _EAGER:
+            # Run the handler's first step now: a Produce that appends on the loop (acks 0 or 1, batches
+            # checked inline) is done by then and needs no task. One that awaits goes on in a task from there.
+            try:
+                awaiting = coro.send(None)
+            except StopIteration as done:
+                self._answer(slot, header, held, now_ms, done.value, None, more=False)
+                return False
+            except (Exception, asyncio.CancelledError) as exc:
+                self._answer(slot, header, held, now_ms, None, exc, more=False)
+                return False
+            coro = _resumed(coro, awaiting)
         self._listener.queue.add()
         task = asyncio.get_running_loop().create_task(coro)
-        # A task runs its first step in the loop iteration after its creation, before this callback: the
-        # request has left the queue when its handler has started.
-        asyncio.get_running_loop().call_soon(self._listener.request_started)
         self._tasks.add(task)
-        task.add_done_callback(
-            lambda t: self._on_done(slot, header.api_key, header.api_version, t, held, started_ms)
-        )
+        task.add_done_callback(lambda t: self._on_done(slot, header, t, held, now_ms))
+        return True
 
     def _on_done(
-        self, slot: Slot, api_key: int, api_version: int, task: asyncio.Task, held: int, started_ms: int
+        self, slot: Slot, header: RequestHeader, task: asyncio.Task, held: int, started_ms: int
     ) -> None:
-        elapsed_ms = self._listener.clock.monotonic_ms() - started_ms
-        self._dispatcher.record_request(api_key, api_version, elapsed_ms / 1000)
         self._tasks.discard(task)
-        self._release(held)
+        if task.cancelled():
+            self._answer(slot, header, held, started_ms, None, asyncio.CancelledError())
+        elif (exc := task.exception()) is not None:
+            self._answer(slot, header, held, started_ms, None, exc)
+        else:
+            self._answer(slot, header, held, started_ms, task.result(), None)
+
+    def _answer(
+        self,
+        slot: Slot,
+        header: RequestHeader,
+        held: int,
+        started_ms: int,
+        response: object,
+        exc: BaseException | None,
+        *,
+        more: bool = True,
+    ) -> None:
+        """A handler's outcome: its response, or what it raised. `more`: take buffered requests after it (not
+        when answering from inside `_take_requests`)."""
+        now_ms = self._clock.monotonic_ms()
+        self._record_request(header.api_key, header.api_version, (now_ms - started_ms) / 1000)
+        if held:
+            self._release(held)
         if self._transport is None:
             return
-        what = f"{_api_name(api_key)} v{api_version} (correlation id {slot.correlation_id})"
-        if task.cancelled():
-            self.abort(f"closing connection {self.id} from {self.peer}: the handler of {what} was cancelled")
-            return
-        exc = task.exception()
-        if isinstance(exc, CloseConnection):
-            log.info("closing connection %s from %s: %s", self.id, self.peer, exc)
-            self.close()
-            return
         if exc is not None:
-            log.error("closing connection %s from %s: the handler of %s failed", self.id, self.peer, what,
-                      exc_info=exc)  # fmt: skip
-            self._abort()
+            self._flush(now_ms)  # the requests before this one keep their answers
+            if isinstance(exc, asyncio.CancelledError):
+                self.abort(f"closing connection {self.id} from {self.peer}: the handler of {_what(header)} "
+                           "was cancelled")  # fmt: skip
+            elif isinstance(exc, CloseConnection):
+                log.info("closing connection %s from %s: %s", self.id, self.peer, exc)
+                self.close()
+            else:
+                log.error("closing connection %s from %s: the handler of %s failed", self.id, self.peer,
+                          _what(header), exc_info=exc)  # fmt: skip
+                self._abort()
             return
-        self._complete(slot, task.result(), what)
-        self._take_requests()  # an answered request makes room for buffered ones
+        self._complete(slot, response, header)
+        if more:
+            self._flush(now_ms)
+            # An answered request makes room for buffered ones, or lets a paused connection read again.
+            if self._reading_paused or self._core.buffered:
+                self._take_requests(now_ms)
 
-    def _complete(self, slot: Slot, response: object, what: str = "the request") -> None:
+    def _complete(self, slot: Slot, response: object, header: RequestHeader) -> None:
+        """Encode the response into its slot; `_flush` sends it when the requests before it are answered."""
         try:
             self._core.complete(slot, response)
         except Exception:
             log.exception("closing connection %s from %s: the response to %s cannot be encoded",
-                          self.id, self.peer, what)  # fmt: skip
+                          self.id, self.peer, _what(header))  # fmt: skip
+            self._flush(self._clock.monotonic_ms())  # the requests before this one keep their answers
             self._abort()
-            return
+
+    def _flush(self, now_ms: int) -> None:
         out = self._core.data_to_send()
         if out and self._transport is not None:
-            self._transport.writelines(out)
-            self._last_activity = self._clock.monotonic_ms()
+            if len(out) == 1:
+                self._transport.write(out[0])
+            else:
+                self._transport.writelines(out)
+            self._last_activity = now_ms
 
     def _release(self, n: int) -> None:
         if n:

@@ -54,6 +54,12 @@ class Dispatcher:
         body = decode_body(header, frame, body_pos)
         return None, self.handlers[header.api_key](ctx, body)
 
-    def record_request(self, api_key: int, api_version: int, seconds: float) -> None:
-        if self.broker is not None:  # None in tests that serve bare handlers
-            self.broker.metrics.record_request(api_key, api_version, seconds)
+    def request_recorder(self) -> Callable[[int, int, float], None]:
+        """What records a request's latency in the broker's metrics (connections keep it: one call a request)."""
+        if self.broker is None:  # tests that serve bare handlers
+            return _not_recorded
+        return self.broker.metrics.record_request
+
+
+def _not_recorded(api_key: int, api_version: int, seconds: float) -> None:
+    pass

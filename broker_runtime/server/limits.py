@@ -108,10 +108,10 @@ class RequestQueue:
     def add(self) -> None:
         self.queued += 1
 
-    def remove(self) -> bool:
-        """A queued request's handler started; True when that makes room after the queue was full."""
+    def remove(self, count: int = 1) -> bool:
+        """Queued requests' handlers started; True when that makes room after the queue was full."""
         was_full = self.full
-        self.queued -= 1
+        self.queued -= count
         return was_full and not self.full
 
 

@@ -114,8 +114,8 @@ class Listener:
         if self.pool.release(n):
             self.waiters.resume_all()
 
-    def request_started(self) -> None:
-        if self.queue.remove():
+    def requests_started(self, count: int) -> None:
+        if self.queue.remove(count):
             self.waiters.resume_all()
 
 
