@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -88,6 +89,69 @@ class TreeBroker(run.Broker):
         return self
 
 
+def produce_run(broker: TreeBroker, topic: str, records: int, cap_s: float) -> dict:
+    """bench/run.py's producer run, counting the Produce requests too (librdkafka's statistics): how many
+    records each request carried decides the CPU per record as much as the broker does."""
+    from confluent_kafka import Producer
+
+    produce_requests = [0]
+
+    def on_stats(raw: str) -> None:
+        stats = json.loads(raw)
+        produce_requests[0] = sum(b.get("req", {}).get("Produce", 0) for b in stats["brokers"].values())
+
+    p = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            **run.PRODUCER_CONFIG,
+            "delivery.report.only.error": True,
+            "statistics.interval.ms": 100,
+            "stats_cb": on_stats,
+        }
+    )
+    failed = [0]
+
+    def on_error(err, _msg) -> None:
+        if err is not None:
+            failed[0] += 1
+
+    payload = b"x" * SIZE
+    p.produce(topic, b"warm", on_delivery=on_error)
+    p.flush(30)
+    p.poll(0.25)  # a statistics callback: the requests so far
+    requests_before = produce_requests[0]
+    cpu0, t0 = broker.cpu(), time.perf_counter()
+    sent = 0
+    while sent < records:
+        try:
+            p.produce(topic, payload, on_delivery=on_error)
+            sent += 1
+        except BufferError:
+            p.poll(0.001)
+        if sent & 0x3FFF == 0:
+            p.poll(0)
+            if time.perf_counter() - t0 > cap_s:
+                break
+    remaining = p.flush(60)
+    elapsed = time.perf_counter() - t0
+    cpu = broker.cpu() - cpu0
+    p.poll(0.25)
+    requests = produce_requests[0] - requests_before
+    delivered = sent - remaining - failed[0]
+    return {
+        "records": delivered,
+        "failed": failed[0] + remaining,
+        "seconds": elapsed,
+        "records_per_s": delivered / elapsed,
+        "broker_cpu_s": cpu,
+        "broker_cpu_pct": 100 * cpu / elapsed,
+        "broker_cpu_s_per_million": cpu / delivered * 1e6,
+        "produce_requests": requests,
+        "records_per_request": delivered / requests if requests else None,
+        "broker_cpu_us_per_request": cpu / requests * 1e6 if requests else None,
+    }
+
+
 def git_describe(tree: Path) -> str:
     out = subprocess.run(
         ["git", "-C", str(tree), "log", "-1", "--format=%h %s"], capture_output=True, text=True, check=False
@@ -129,7 +193,7 @@ def main() -> None:
         for label, broker in brokers.items():
             topics[label] = f"bench-cpu-{uuid.uuid4().hex[:6]}"
             run.create_topic(broker.bootstrap, topics[label], PARTITIONS)
-            run.produce_once(broker, topics[label], SIZE, args.records // 3, args.cap_s)  # warm-up
+            produce_run(broker, topics[label], args.records // 3, args.cap_s)  # warm-up
         spies = []
         if args.py_spy:
             args.py_spy.mkdir(parents=True, exist_ok=True)
@@ -143,11 +207,13 @@ def main() -> None:
         for i in range(args.runs):
             order = list(brokers) if i % 2 == 0 else list(reversed(brokers))
             for label in order:
-                r = run.produce_once(brokers[label], topics[label], SIZE, args.records, args.cap_s)
+                r = produce_run(brokers[label], topics[label], args.records, args.cap_s)
                 samples[label].append(r)
                 run.log(
                     f"{label} run {i + 1}: {r['broker_cpu_s_per_million']:.2f} CPU-s/M, "
-                    f"{r['records_per_s'] / 1000:.0f}k rec/s, broker {r['broker_cpu_pct']:.0f}% CPU"
+                    f"{r['records_per_s'] / 1000:.0f}k rec/s, broker {r['broker_cpu_pct']:.0f}% CPU, "
+                    f"{r['records_per_request'] or 0:.1f} records and {r['broker_cpu_us_per_request'] or 0:.0f} us "
+                    "CPU per request"
                 )
         for spy in spies:
             spy.send_signal(signal.SIGINT)
@@ -163,6 +229,8 @@ def main() -> None:
             "cpu_s_per_million": run.summarize([r["broker_cpu_s_per_million"] for r in rs]),
             "records_per_s": run.summarize([r["records_per_s"] for r in rs]),
             "broker_cpu_pct": run.summarize([r["broker_cpu_pct"] for r in rs]),
+            "records_per_request": run.summarize([r["records_per_request"] or 0 for r in rs]),
+            "cpu_us_per_request": run.summarize([r["broker_cpu_us_per_request"] or 0 for r in rs]),
             "failed": sum(r["failed"] for r in rs),
         }
         for label, rs in samples.items()
@@ -189,14 +257,17 @@ def main() -> None:
         if run.HAVE_TASKSET
         else "(no taskset)",
         "",
-        "| broker | commit | CPU-s / M records (median, min-max) | records/s (median, min-max) | broker CPU % |",
-        "|---|---|---|---|---|",
+        "| broker | commit | CPU-s / M records (median, min-max) | records/s (median, min-max) | broker CPU % "
+        "| records / request | CPU µs / request |",
+        "|---|---|---|---|---|---|---|",
     ]
     for label, s in summary.items():
         c, r, p = s["cpu_s_per_million"], s["records_per_s"], s["broker_cpu_pct"]
+        q, u = s["records_per_request"], s["cpu_us_per_request"]
         lines.append(
             f"| {label} | {s['commit']} | {c['median']:.2f} ({c['min']:.2f}-{c['max']:.2f}) | "
-            f"{r['median'] / 1000:.0f}k ({r['min'] / 1000:.0f}k-{r['max'] / 1000:.0f}k) | {p['median']:.0f} |"
+            f"{r['median'] / 1000:.0f}k ({r['min'] / 1000:.0f}k-{r['max'] / 1000:.0f}k) | {p['median']:.0f} | "
+            f"{q['median']:.1f} | {u['median']:.0f} |"
         )
     (run.RESULTS / "produce-cpu-latest.md").write_text("\n".join(lines) + "\n")
     run.log(f"results in {run.RESULTS / 'produce-cpu-latest.md'}")

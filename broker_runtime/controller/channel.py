@@ -2,7 +2,8 @@
 sender task per live broker, so requests to a broker arrive in the order the controller decided them, and a
 slow or dead broker delays nobody else. A request that fails to send is retried until it is answered or the
 broker leaves the cluster (its queue is dropped then; the broker gets a full picture when it registers again).
-Every response goes back to the controller as an event."""
+Every response goes back to the controller as an event. The wait between retries runs on the controller's timers
+(its scheduler, the broker's clock in production), so a test drives it without sleeping."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ class BrokerTransport(Protocol):
 
 
 ResponseHandler = Callable[[int, Any, Any], None]  # (broker id, request, response)
+Scheduler = Callable[
+    [float, Callable[[], None]], Any
+]  # the controller's: (delay s, callback) -> handle with .cancel()
 
 
 class _BrokerQueue:
@@ -37,10 +41,15 @@ class _BrokerQueue:
 
 class ControllerChannel:
     def __init__(
-        self, transport: BrokerTransport, on_response: ResponseHandler, retry_backoff_s: float = 0.1
+        self,
+        transport: BrokerTransport,
+        on_response: ResponseHandler,
+        scheduler: Scheduler,
+        retry_backoff_s: float = 0.1,
     ):
         self.transport = transport
         self.on_response = on_response
+        self.scheduler = scheduler
         self.retry_backoff_s = retry_backoff_s
         self._brokers: dict[int, _BrokerQueue] = {}
         self._forgetting: set[asyncio.Future] = set()
@@ -93,8 +102,17 @@ class ControllerChannel:
                             "cannot send %s to broker %d (%r); retrying", type(request).__name__,
                             entry.reg.broker_id, exc,
                         )  # fmt: skip
-                    await asyncio.sleep(self.retry_backoff_s)
+                    await self._backoff()
             try:
                 self.on_response(entry.reg.broker_id, request, response)
             except Exception:
                 log.exception("handling a response from broker %d failed", entry.reg.broker_id)
+
+    async def _backoff(self) -> None:
+        """Wait `retry_backoff_s` on the controller's timers."""
+        waker = asyncio.get_running_loop().create_future()
+        timer = self.scheduler(self.retry_backoff_s, lambda: waker.done() or waker.set_result(None))
+        try:
+            await waker
+        finally:
+            timer.cancel()

@@ -28,6 +28,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.clock import Clock
 from broker_runtime.cluster import zk_paths as z
 from broker_runtime.cluster.zk_client import SessionExpiredError, SessionState, Watch, WatchKind, ZkClient
 from broker_runtime.controller import events as ev
@@ -81,11 +82,12 @@ class Controller:
         self.broker_id = config.broker_id
         self.zk = zk
         self.register_broker = register_broker
-        self.scheduler = scheduler or (lambda delay, fn: asyncio.get_running_loop().call_later(delay, fn))
+        clock = Clock()
+        self.scheduler = scheduler or (lambda delay, fn: clock.call_later_ms(delay * 1000, fn))
         self.ctx = ControllerContext()
         self.store = ControllerZk(zk, self.ctx)
         self.batch = RequestBatch(self.broker_id, self.ctx, config.listener)
-        self.channel = ControllerChannel(transport, self._on_response)
+        self.channel = ControllerChannel(transport, self._on_response, self.scheduler)
         self.psm = PartitionStateMachine(self.ctx, self.store, self.batch, self.flush, self._unclean_enabled)
         self.rsm = ReplicaStateMachine(self.ctx, self.store, self.batch, self.flush)
         self.deletion = TopicDeletionManager(self)
