@@ -30,6 +30,16 @@ def cluster_state(client: ClusterClient) -> tuple[dict, dict[int, str | None], d
     return assignment, {b.id: b.rack for b in brokers}, sizes
 
 
+def offline_partitions(client: ClusterClient) -> set[tuple[str, int]]:
+    """Partitions without a leader: no live in-sync replica, so a new replica would have nothing to copy from
+    and a reassignment of them could never finish (read from the metadata `cluster_state` just fetched)."""
+    return {(p.topic, p.partition) for p in client.metadata().partitions() if p.leader < 0}
+
+
+def _names(partitions) -> list[str]:
+    return [f"{t}-{p}" for t, p in sorted(partitions)]
+
+
 def _int(request: dict, key: str, *, minimum: int = 0) -> int:
     value = request.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
@@ -50,16 +60,26 @@ def propose(cluster: Cluster, kind: str, request: dict[str, Any]) -> dict[str, A
     if kind not in MOVING_KINDS:
         raise Invalid(f"unknown operation kind {kind!r}", field="kind")
     assignment, racks, sizes = cluster_state(client)
+    offline = offline_partitions(client)
     params: dict[str, Any] = {"throttle_bytes_per_s": _throttle(request)}
     try:
         if kind == "reassignment":
             if request.get("plan") is not None:
                 targets = planning.from_json(request["plan"])
                 planning.check_against(targets, assignment, racks)
+                stuck = {
+                    tp for tp, replicas in targets.items() if tp in offline and replicas != assignment[tp]
+                }
+                if stuck:
+                    raise Invalid(
+                        f"{', '.join(_names(stuck))}: no leader (no live in-sync replica), so a new replica would "
+                        "have nothing to copy from; bring its brokers back first",
+                        field="plan",
+                    )
                 params["source"] = "given"
             else:
                 topics = request.get("topics") or None
-                scope = [tp for tp in assignment if topics is None or tp[0] in topics]
+                scope = [tp for tp in assignment if (topics is None or tp[0] in topics) and tp not in offline]
                 targets = planning.plan(assignment, racks, sizes, scope=scope, rebalance=True)
                 if not targets:
                     raise Invalid("the cluster is balanced: the proposal moves nothing", field="plan")
@@ -69,6 +89,12 @@ def propose(cluster: Cluster, kind: str, request: dict[str, Any]) -> dict[str, A
             scope = [tp for tp in assignment if tp[0] == topic]
             if not scope:
                 raise Invalid(f"topic {topic!r} does not exist", field="topic")
+            if offline & set(scope):
+                raise Invalid(
+                    f"{', '.join(_names(offline & set(scope)))}: no leader (no live in-sync replica); bring its "
+                    "brokers back before changing the replication factor",
+                    field="topic",
+                )
             targets = planning.plan(
                 assignment, racks, sizes, scope=scope, replication_factor=dict.fromkeys(scope, rf)
             )
@@ -90,14 +116,16 @@ def propose(cluster: Cluster, kind: str, request: dict[str, Any]) -> dict[str, A
                     f"broker {broker} is alive: decommission it to move its replicas away", field="broker"
                 )
             scope = [tp for tp, rs in assignment.items() if broker in rs]
-            if (
-                kind == "failover"
-            ):  # restore what can be restored; a partition wider than the live brokers waits
+            if kind == "failover":
+                # Restore what can be restored. A partition wider than the live brokers waits; one whose every
+                # in-sync replica was on the dead broker has no leader and nothing to copy from: it is lost
+                # until the broker returns, and moving it would never finish.
                 eligible = len(set(racks) - {broker})
                 params["not_restorable"] = [
                     f"{t}-{p}" for t, p in sorted(scope) if len(assignment[(t, p)]) > eligible
                 ]
-                scope = [tp for tp in scope if len(assignment[tp]) <= eligible]
+                params["offline"] = _names(offline & set(scope))
+                scope = [tp for tp in scope if len(assignment[tp]) <= eligible and tp not in offline]
             else:
                 _check_room_to_decommission(broker, scope, assignment, racks)
             targets = planning.plan(assignment, racks, sizes, scope=scope, exclude=[broker])

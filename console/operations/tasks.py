@@ -155,7 +155,16 @@ def _move_replicas(operation: Operation) -> dict:
         if params["broker"] in live:
             operation.record_step("broker returned", f"broker {params['broker']} is back: nothing moved")
             return {"moved": 0, "broker_returned": True}
-        operation.record_step("confirmed dead", f"broker {params['broker']} is not in the cluster")
+        offline = params.get("offline") or []
+        operation.record_step(
+            "confirmed dead",
+            f"broker {params['broker']} is not in the cluster"
+            + (
+                f"; {', '.join(offline)} had every in-sync replica there and stay offline until it returns"
+                if offline
+                else ""
+            ),
+        )
     if targets and not operation.has_step("submitted"):
         assignment = {
             (p.topic, p.partition): list(p.replicas) for p in client.metadata(max_age_s=0).partitions()

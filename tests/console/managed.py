@@ -22,8 +22,11 @@ import pytest
 
 from tests.console.conftest import REPO, wait_for
 
-ONE_REPLICA_DEFAULTS = {
+#: The operations tests' clusters: one replica by default (see `managed_fixture`), and no automatic preferred
+#: leader election (the controller's first check runs 5 s after it starts, and would race the console's own).
+OPERATIONS_TEST_DEFAULTS = {
     "default.replication.factor": "1", "offsets.topic.replication.factor": "1", "min.insync.replicas": "1",
+    "auto.leader.rebalance.enable": "false",
 }  # fmt: skip
 
 #: Up to a broker's ZooKeeper session (6 s in deploy/cluster.properties) plus its start on a loaded machine.
@@ -247,7 +250,10 @@ def managed_fixture(settings, tmp_path, zookeeper, redis_url, transactional_db, 
             # offsets, the audit topic) keep one replica, and one-replica topics take acks=all writes, rather than
             # deploy/cluster.properties' replicated defaults.
             self.cluster = provision(
-                api("alice"), f"o-{uuid.uuid4().hex[:6]}", brokers=3, config_overrides=ONE_REPLICA_DEFAULTS
+                api("alice"),
+                f"o-{uuid.uuid4().hex[:6]}",
+                brokers=3,
+                config_overrides=OPERATIONS_TEST_DEFAULTS,
             )
             wait_brokers(self.cluster, "running", supervisor=supervisor)
 

@@ -52,3 +52,18 @@ def test_run_a_reassignment_and_watch_a_killed_broker_come_back(page, managed): 
     assert row.locator(".pid").inner_text() not in ("", str(old_pid))
     assert "broker 2 restarted" in page.inner_text("#broker-events")
     shot(page, "brokers-supervised")
+
+    # failover is turned on from the same page, and each broker offers its decommission for review
+    page.fill("#failover-grace", "45")
+    page.select_option("#failover-return", "rebalance")
+    page.click("#save-failover")
+    page.wait_for_url(re.compile(rf"/clusters/{cluster.pk}/brokers/$"))
+    assert "A broker missing for 45 s gets a failover" in page.inner_text("#self-healing")
+    assert "is rebalanced in" in page.inner_text("#self-healing")
+    # (a topic with three replicas on the three brokers: the decommission is refused, saying why)
+    wide = managed.create_topic(f"wide-{uuid.uuid4().hex[:6]}", [[0, 1, 2]])
+    page.locator("tr[data-broker='1'] button.decommission").click()
+    page.wait_for_url(re.compile(r"/operations/new/$"))
+    refusal = page.inner_text(".flash-error")
+    assert "broker 1 cannot be decommissioned: " in refusal and f"{wide} (replication factor 3)" in refusal
+    assert "add a broker first" in refusal

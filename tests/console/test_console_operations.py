@@ -104,7 +104,7 @@ def test_reassignment_with_throttle_then_preferred_leader_election(managed, api,
     bad = client.post("/operations/new/", {"cluster": managed.cluster.pk, "kind": "preferred_leader_election",
                                             "partitions": f"{topic}-first"})  # fmt: skip
     flashes = re.search(r'<div class="flashes">.*?</div>\s*</div>', bad.content.decode(), re.S)
-    assert flashes and "is not a partition: write topic-partition" in flashes.group(0), bad.content.decode()[-3000:]
+    assert flashes and "is not a partition: write topic-partition" in flashes.group(0)
     proposed = client.post("/operations/new/", {"cluster": managed.cluster.pk, "kind": "preferred_leader_election",
                                                  "partitions": f"{topic}-1"})  # fmt: skip
     assert proposed.status_code == 302, proposed.content
@@ -151,7 +151,7 @@ def test_bad_proposals_are_refused_with_the_reason(managed, api):
     response = api("alice").post("/api/v1/operations/", {"cluster": c, "kind": "decommission", "broker": 2})
     assert response.status_code == 400, response.content
     message = str(response.json()["broker"])
-    assert f"broker 2 cannot be decommissioned: {wide} (replication factor 3)" in message, message
+    assert "broker 2 cannot be decommissioned: " in message and f"{wide} (replication factor 3)" in message
     assert "2 other live brokers; add a broker first" in message, message
     assert not Operation.objects.exists()
 

@@ -116,6 +116,7 @@ def test_failover_after_the_grace_period_restores_the_replication_factor(managed
     cluster = managed.cluster
     api("alice").patch(f"/api/v1/clusters/{cluster.pk}/", {"failover_grace_s": 2}, format="json")
     topic = managed.create_topic(f"fo-{uuid.uuid4().hex[:6]}", [[0, 2], [2, 1], [1, 0]])
+    only_there = managed.create_topic(f"lost-{uuid.uuid4().hex[:6]}", [[2]])  # nothing left to copy it from
     producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
     for i in range(3000):
         producer.produce(topic, value=b"v" * 200, partition=i % 3)
@@ -132,6 +133,9 @@ def test_failover_after_the_grace_period_restores_the_replication_factor(managed
     op = wait_for(failover, timeout=90, interval=0.5, what="a failover")
     op = wait_state(op.pk, "done", "failed", timeout=90)
     assert op.state == "done", op.error
+    assert op.params["offline"] == [f"{only_there}-0"]
+    assert f"{only_there}-0 had every in-sync replica there" in op.steps[0]["detail"]
+    assert (only_there, 0) not in {(p["topic"], p["partition"]) for p in op.params["plan"]["partitions"]}
     state = in_sync(cluster, topic)
     assert all(len(r) == 2 and 2 not in r and sorted(r) == isr for r, isr in state.values()), state
     assert len(read_all(cluster.bootstrap_servers, topic, 3)) == 3000
