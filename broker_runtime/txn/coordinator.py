@@ -61,6 +61,10 @@ SHORT_MAX = 32767
 EPOCH_EXHAUSTED = SHORT_MAX - 1
 # A completion record that could not be written (no ISR, a timeout) is tried again after this long.
 COMPLETION_RETRY_MS = 100
+# Expired ids are tombstoned in appends of at most this many key bytes (well under max.message.bytes); each
+# record adds about this much framing.
+MAX_TOMBSTONE_BYTES = 256 * 1024
+TOMBSTONE_OVERHEAD = 16
 
 TopicPartition = tuple[str, int]
 
@@ -758,7 +762,21 @@ class TransactionCoordinatorShard:
             return 0
         for metadata in expired:
             metadata.prepare(S.DEAD, now_ms=metadata.last_update_ms)
+        # Tombstones go out in appends of bounded size (as Kafka fills batches up to max.message.bytes), so that
+        # many ids expiring at once never make one batch the log refuses.
+        chunk: list[TransactionMetadata] = []
+        size = 0
+        for metadata in expired:
+            key = encode_key(metadata.transactional_id)
+            if chunk and size + len(key) + TOMBSTONE_OVERHEAD > MAX_TOMBSTONE_BYTES:
+                self._write_tombstones(chunk)
+                chunk, size = [], 0
+            chunk.append(metadata)
+            size += len(key) + TOMBSTONE_OVERHEAD
+        self._write_tombstones(chunk)
+        return len(expired)
 
+    def _write_tombstones(self, expired: list[TransactionMetadata]) -> None:
         def after_tombstones(error: ErrorCode | None) -> None:
             for metadata in expired:
                 if error is not None:
@@ -777,7 +795,6 @@ class TransactionCoordinatorShard:
                 self.clock.time_ms(),
             )
         )
-        return len(expired)
 
     # ===================================================================================================
     # writing

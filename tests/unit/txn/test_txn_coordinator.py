@@ -365,3 +365,25 @@ def test_replaying_the_log_rebuilds_the_same_state(commit: bool) -> None:
         assert (old.producer_id, old.producer_epoch, old.state, old.partitions, old.start_ms) == (
             new.producer_id, new.producer_epoch, new.state, new.partitions, new.start_ms,
         )  # fmt: skip
+
+
+def test_many_expiring_ids_are_tombstoned_in_bounded_appends() -> None:
+    from broker_runtime.txn.coordinator import MAX_TOMBSTONE_BYTES
+
+    clock = ManualClock()
+    d = Driver(clock)
+    ids = [f"{i:05d}-" + "x" * 200 for i in range(3000)]  # ~620 KB of keys
+    for tid in ids:
+        d.init(tid)
+    clock.advance(CONFIG.transactional_id_expiration_ms + CONFIG.remove_expired_interval_ms)
+    d.shard.poll_timers()
+    appends = d.shard.take_appends()
+    assert len(appends) >= 3
+    assert all(sum(len(key) for key, _ in a.records) <= MAX_TOMBSTONE_BYTES for a in appends)
+    assert sum(len(a.records) for a in appends) == len(ids)
+    for append in appends:  # written and replayed as the runtime would
+        for key, value in append.records:
+            d.shard.replay(key, value, len(d.log))
+            d.log.append((key, value))
+        append.on_done(None)
+    assert d.shard.transactions == {}
