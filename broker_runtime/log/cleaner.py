@@ -33,9 +33,10 @@ skips a log while it is being cleaned. Every byte goes through the filesystem se
 Transactions: `CleanedTransactions` applies Kafka's rules for control batches and aborted data. The aborted
 transactions of the range being mapped or rewritten come from the log's `.txnindex` files (`add_aborted`):
 their data is dropped (never in the offset map), an ABORT marker stays while data of its transaction does, a
-COMMIT marker while the cleaned range held its data, then until its own delete horizon. The aborted transactions
-whose data the cleaned segment still holds (`kept_aborted`) are its `.txnindex` (`.txnindex.cleaned`, swapped in
-with the rest).
+COMMIT marker while the pass saw its data, then until its own delete horizon. One `CleanedTransactions` serves a
+whole pass (as Kafka's doClean), so a marker rewritten in a later group than its data still knows of it. The
+aborted transactions whose marker the cleaned segment keeps (`kept_aborted`) are its `.txnindex`
+(`.txnindex.cleaned`, swapped in with the rest).
 """
 
 from __future__ import annotations
@@ -331,7 +332,9 @@ class CleanedTransactions:
     def _consume_up_to(self, offset: int) -> None:
         while self._pending and self._pending[0].first_offset <= offset:
             txn = self._pending.pop(0)
-            self._ongoing_aborted[txn.producer_id] = (txn, [])
+            # A transaction spanning groups is listed again for each (Kafka's getOrElseUpdate): keep what was
+            # seen of it.
+            self._ongoing_aborted.setdefault(txn.producer_id, (txn, []))
 
     def on_control_batch(self, header: BatchHeader, control_type: int | None) -> bool:
         """Whether the marker may be discarded (once its delete horizon passed)."""
@@ -591,11 +594,14 @@ class Cleaner:
             by_segment = {id(s.segment): s for s in to_clean}
             active_producers = self.run_on_owner(lambda: _last_records_of_active_producers(plog))
             bases = [s.segment.base_offset for s in sources] + [target.first_uncleanable_offset]
+            # Kafka's doClean: one transaction state for the whole pass, so that a marker cleaned in a later
+            # group than its transaction's data knows the data is still there (and stays).
+            transactions = CleanedTransactions()
             for group in groups:
                 # Kafka's cleanSegments: the aborted transactions from the group's first offset to the next
-                # segment's base, one transaction state per cleaned segment.
+                # segment's base; the cleaned segment's .txnindex holds those whose marker it keeps.
                 start, upper = group[0].base_offset, bases[bases.index(group[-1].base_offset) + 1]
-                transactions = CleanedTransactions()
+                transactions.kept_aborted = []
                 transactions.add_aborted(
                     self.run_on_owner(lambda s=start, u=upper: plog.aborted_transactions(s, u))
                 )

@@ -159,8 +159,10 @@ def test_power_cut_at_every_step_of_a_pass_keeps_aborted_data_hidden():
 
 
 def test_an_aborted_transaction_split_across_cleaned_segments_loses_its_entry_with_its_data(fs, clock):
-    """Kafka's rule: the segment holding the data drops it; the one holding the marker then sees none of its
-    data, so the marker waits for its delete horizon and its .txnindex entry goes."""
+    """Kafka's rule, with the transaction state carried across the groups of a pass: the group holding the
+    data drops it; the group holding the marker knows the data was seen this pass, so it keeps the marker and
+    the .txnindex entry once more. The next pass sees none of the data: the entry goes and the marker waits for
+    its delete horizon."""
     plog = open_log(fs, clock)
     seq = Seq()
     produce(plog, [(b"k1", b"base-1")])
@@ -168,6 +170,9 @@ def test_an_aborted_transaction_split_across_cleaned_segments_loses_its_entry_wi
     for i in range(12):
         produce(plog, [(b"filler-%d" % (i % 4), b"x" * 60)])
     abort_at = end_txn(plog, A, committed=False)
+    # A's next transaction: its last data batch (which the cleaner keeps, emptied if need be) is elsewhere.
+    seq.txn(plog, A, [(b"k2", b"committed-2")])
+    end_txn(plog, A, committed=True)
     for i in range(20):
         produce(plog, [(b"filler-%d" % (i % 4), b"x" * 60)])
     plog.roll()
@@ -175,6 +180,51 @@ def test_an_aborted_transaction_split_across_cleaned_segments_loses_its_entry_wi
     cleaner_for(fs, clock, plog, high_watermark=plog.log_end_offset).clean_now()
     assert (1, b"k1", b"aborted-1") not in contents(plog)
     assert (0, b"k1", b"base-1") in contents(plog)
+    assert [
+        (t.producer_id, t.first_offset, t.last_offset) for t in plog.aborted_transactions(0, abort_at + 1)
+    ] == [(A, 1, abort_at)]
+    assert abort_at in control_offsets(plog)
+    for i in range(20):  # new dirty records: the next pass re-cleans the log from its start
+        produce(plog, [(b"filler-%d" % (i % 4), b"y" * 60)])
+    plog.roll()
+    cleaner_for(fs, clock, plog, high_watermark=plog.log_end_offset).clean_now()
     assert plog.aborted_transactions(0, plog.log_end_offset) == []
-    data = plog.read(0, 1 << 20, plog.log_end_offset, True)
-    assert [h.base_offset for h in iter_headers(data) if h.is_control] == [abort_at]  # until its horizon
+    assert abort_at in control_offsets(plog)  # until its horizon
+
+
+def control_offsets(plog) -> list[int]:
+    data = plog.read(plog.log_start_offset, 1 << 30, plog.log_end_offset, True)
+    return [h.base_offset for h in iter_headers(data) if h.is_control]
+
+
+def test_a_commit_marker_stays_while_its_data_does_when_they_are_cleaned_in_different_groups(fs, clock):
+    """Kafka carries the transaction state of a pass across its groups of segments (LogCleaner.doClean builds
+    one CleanedTransactionMetadata per pass): a COMMIT marker cleaned in a later group than its data saw the
+    data in the same pass and stays, however old. Dropping it would leave the data as a transaction that never
+    ends for whoever rebuilds producer state from the log (a new replica, a restart without snapshots): its last
+    stable offset would stay there for good."""
+    plog = open_log(fs, clock)
+    seq = Seq()
+    first, _ = seq.txn(plog, A, [(b"kept-1", b"committed-1")])
+    for i in range(24):  # unique keys: the segments between stay full, so data and marker stay apart
+        produce(plog, [(b"between-%d" % i, b"x" * 60)])
+    commit_at = end_txn(plog, A, committed=True)
+    for i in range(20):
+        produce(plog, [(b"filler-%d" % (i % 4), b"x" * 60)])
+    plog.roll()
+    assert plog._segment_index(commit_at) != plog._segment_index(first)
+    for n in range(2):  # a second pass after the delete horizon any marker could have been given
+        assert cleaner_for(fs, clock, plog, high_watermark=plog.log_end_offset).clean_now()
+        clock.advance(plog.config.delete_retention_ms + 1)
+        for i in range(20):  # new dirty records: the next pass re-cleans the log from its start
+            produce(plog, [(b"filler-%d" % (i % 4), b"y%d" % n * 30)])
+        plog.roll()
+    assert (first, b"kept-1", b"committed-1") in contents(plog)
+    assert commit_at in control_offsets(plog)
+    # Producer state rebuilt from the log alone finds the transaction ended.
+    end = plog.log_end_offset
+    plog.close()
+    for path in [p for p in fs.files if p.name.endswith(".snapshot")]:
+        fs.unlink(path)
+    reopened = open_log(fs, clock, clean_shutdown=True, recovery_point=end)
+    assert reopened.last_stable_offset(end) == end
