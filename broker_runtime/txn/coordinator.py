@@ -378,7 +378,9 @@ class TransactionCoordinatorShard:
             reply: Reply[InitProducerIdResult] = Reply()
 
             def after_fence(error: ErrorCode) -> None:
-                reply.complete(InitProducerIdResult(error or ErrorCode.concurrent_transactions))
+                # The abort is under way: this producer retries until it completes (Kafka answers the same).
+                done = error is ErrorCode.none
+                reply.complete(InitProducerIdResult(ErrorCode.concurrent_transactions if done else error))
 
             self._end_transaction(
                 transactional_id, fence.producer_id, fence.producer_epoch, False, from_client=False,
