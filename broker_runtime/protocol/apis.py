@@ -10,7 +10,8 @@ Deliberate differences from a 3.9 ZooKeeper-mode broker: APIs whose feature is n
 (a 3.9 broker advertises ConsumerGroupHeartbeat and answers it UNSUPPORTED_VERSION; clients that see it not
 advertised use the classic protocol at once), and DescribeTopicPartitions (KIP-966), which only KRaft brokers
 serve, is advertised because newer admin clients use it for paginated topic descriptions.
-Group APIs are merged in by the group handlers.
+Group APIs are merged in by the group handlers (handlers/groups.py), the transaction coordinator's by
+handlers/transactions.py, the controller's by handlers/controller.py (handlers/table.py joins them).
 """
 
 from __future__ import annotations
