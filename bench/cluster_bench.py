@@ -197,7 +197,7 @@ def produce_rate(
 
 def replication_ratio(cluster: Cluster, runs: int, records: int, cap_s: float) -> dict[str, Any]:
     cluster.create_topic("bench-rf3", 6, 3, {"min.insync.replicas": "2"})
-    cluster.create_topic("bench-rf1", 6, 1)
+    cluster.create_topic("bench-rf1", 6, 1, {"min.insync.replicas": "1"})  # acks=all on one replica
     kinds = {  # name: (topic, acks, idempotent)
         "rf3_acks_all": ("bench-rf3", "all", False),
         "rf1_acks_1": ("bench-rf1", "1", False),
