@@ -5,7 +5,9 @@ transactions overlapping the records it gets (from the `.txnindex` files), so th
 
 A fetch with a replica id (>= 0) is a follower's: it must be a replica of the partition, reads up to the log end
 rather than the high watermark, tells the leader the follower's log end (its fetch offset), and waits for appends
-rather than high-watermark moves. Replication throttles hold back data of throttled replicas (quota.py).
+rather than high-watermark moves. From v12 it names the epoch of its last batch; when our log disagrees with its
+log there, the answer is at once the DivergingEpoch to truncate from, with no records, and the follower's position
+is not recorded (Kafka 2.7+). Replication throttles hold back data of throttled replicas (quota.py).
 
 The wait is event-driven: the request parks one future on every partition it reads, and an append (or a
 high-watermark move) wakes it; nothing polls. Fetch sessions (KIP-227) are declined by answering session id 0,
@@ -101,6 +103,21 @@ def _read_once(ctx: RequestContext, request, replica_id: int, *, record_fetch: b
                     )
                 plog = partition.log
                 records = b""
+                diverging = (
+                    partition.diverging_epoch(getattr(fp, "last_fetched_epoch", -1), fp.fetch_offset)
+                    if replica_id >= 0
+                    else None
+                )
+                if diverging is not None:
+                    had_error = True  # answered at once, like an error
+                    parts.append(make(
+                        types.PartitionData, partition_index=fp.partition, error_code=ErrorCode.none,
+                        high_watermark=partition.high_watermark, last_stable_offset=partition.high_watermark,
+                        log_start_offset=plog.log_start_offset,
+                        aborted_transactions=() if read_committed else None, preferred_read_replica=-1,
+                        records=b"", diverging_epoch=types.EpochEndOffset(epoch=diverging[0], end_offset=diverging[1]),
+                    ))  # fmt: skip
+                    continue
                 if fp.fetch_offset < plog.log_start_offset or fp.fetch_offset > plog.log_end_offset:
                     raise KafkaError(ErrorCode.offset_out_of_range)
                 if replica_id >= 0 and record_fetch:

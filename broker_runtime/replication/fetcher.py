@@ -6,7 +6,11 @@ connection to the leader, so that its long polls never hold up the controller's 
 fetcher first truncates (Kafka's KIP-101/KIP-279): it asks the leader, with OffsetForLeaderEpoch, for the end
 offset of its own latest epoch, and truncates its log to where the two logs agree, round after round until the
 epochs match; only then does it fetch from its log end, appending the leader's batches as they are (offsets and
-epochs kept) and taking the leader's high watermark (capped by its own log end).
+epochs kept) and taking the leader's high watermark (capped by its own log end). As in Kafka 2.7+, a partition
+whose log has leader epochs skips that exchange: its fetches name the epoch of its last batch (Fetch v12
+LastFetchedEpoch), and a leader whose log diverges there answers with the DivergingEpoch to truncate from, round
+after round until the logs agree. OffsetForLeaderEpoch remains for a log without epochs, a fetch out of range
+and batches that do not fit.
 
 Appends and truncations run on the event loop, as the leader's appends do: a write reaches the page cache and
 costs what a produce costs; fsyncs stay with the flush scheduler. Running them here also means a LeaderAndIsr,
@@ -74,7 +78,7 @@ def truncation_offset(
 class FetchState:
     partition: Partition
     leader_epoch: int
-    truncating: bool = True
+    truncating: bool = True  # by OffsetForLeaderEpoch before fetching (else the fetch responses say where)
     delayed_until_ms: int = 0
 
     def is_current(self, leader_id: int) -> bool:
@@ -249,7 +253,8 @@ class ReplicaFetcher:
             by_topic.setdefault(p.topic, []).append(
                 fetch_v12.FetchPartition(
                     partition=p.index, current_leader_epoch=s.leader_epoch, fetch_offset=p.log.log_end_offset,
-                    log_start_offset=p.log.log_start_offset, partition_max_bytes=config["replica.fetch.max.bytes"],
+                    last_fetched_epoch=p.log.latest_epoch(), log_start_offset=p.log.log_start_offset,
+                    partition_max_bytes=config["replica.fetch.max.bytes"],
                 )
             )  # fmt: skip
         if not by_topic:
@@ -273,7 +278,9 @@ class ReplicaFetcher:
                 partition = state.partition
                 if requested.get((topic.topic, data.partition_index)) != partition.log.log_end_offset:
                     continue  # the log changed while the request was out (a truncation): ask again
-                if data.error_code == ErrorCode.offset_out_of_range:
+                if data.error_code == ErrorCode.none and _diverges(data):
+                    self._truncate_on_fetch(state, data.diverging_epoch)
+                elif data.error_code == ErrorCode.offset_out_of_range:
                     await self._out_of_range(state)
                 elif data.error_code != ErrorCode.none:
                     if data.error_code not in _RETRIABLE:
@@ -282,6 +289,23 @@ class ReplicaFetcher:
                     self._delay(state)
                 else:
                     self._append(state, data)
+
+    def _truncate_on_fetch(self, state: FetchState, diverging: Any) -> None:
+        """The leader's log diverges from ours at the epoch of our last batch: truncate where they agree (Kafka's
+        truncateOnFetchResponse); the next fetch names our new last epoch, and the leader checks again."""
+        plog = state.partition.log
+        offset, _ = truncation_offset(
+            diverging.epoch, diverging.end_offset, plog.end_offset_for_epoch, plog.log_end_offset,
+            state.partition.high_watermark,
+        )  # fmt: skip
+        log.info("%s: the leader's log diverges after epoch %d at offset %d", plog.name, diverging.epoch,
+                 diverging.end_offset)  # fmt: skip
+        if offset >= plog.log_end_offset:
+            # Nothing to cut (the leader knows no epoch at or below ours): asking again at once would get the same
+            # answer, so wait the backoff before the next fetch.
+            self._delay(state)
+            return
+        self._truncate_to(state, offset, done=True)
 
     def _append(self, state: FetchState, data: Any) -> None:
         partition = state.partition
@@ -298,6 +322,12 @@ class ReplicaFetcher:
             if self.manager.quota.throttles_follower(partition):
                 self.manager.quota.follower.record(len(records))
         partition.update_follower_high_watermark(data.high_watermark)
+
+
+def _diverges(data: Any) -> bool:
+    """A fetch response partition carrying a DivergingEpoch (its default is epoch -1, end offset -1)."""
+    diverging = getattr(data, "diverging_epoch", None)
+    return diverging is not None and (diverging.epoch >= 0 or diverging.end_offset >= 0)
 
 
 class ReplicaFetcherManager:
@@ -334,7 +364,10 @@ class ReplicaFetcherManager:
         fetcher = self._fetchers.get(where)
         if fetcher is None:
             fetcher = self._fetchers[where] = ReplicaFetcher(self, *where)
-        fetcher.add(FetchState(partition, partition.leader_epoch))
+        # A log with epochs learns where it diverges from the fetch responses; one without truncates to its high
+        # watermark first (nothing to compare).
+        truncating = partition.log.latest_epoch() == UNDEFINED_EPOCH
+        fetcher.add(FetchState(partition, partition.leader_epoch, truncating=truncating))
         self._where[key] = where
 
     def remove_partition(self, key: Key) -> None:

@@ -132,6 +132,19 @@ class Partition:
         follower.record_fetch(fetch_offset, log_start_offset, now_ms, self.log.log_end_offset)
         self.maybe_advance_high_watermark()
 
+    def diverging_epoch(self, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
+        """A follower fetching at `fetch_offset` whose last batch has `last_fetched_epoch` (Fetch v12+): None when
+        its log agrees with ours, else the (epoch, end offset) it must truncate from, as Kafka 2.7+ answers in
+        the fetch response's DivergingEpoch instead of waiting for an OffsetForLeaderEpoch (KIP-320): our end
+        offset for its epoch (the largest epoch we have at or below it) is below its fetch offset, or we never
+        wrote that epoch."""
+        if last_fetched_epoch < 0:
+            return None
+        epoch, end_offset = self.log.end_offset_for_epoch(last_fetched_epoch)
+        if epoch < last_fetched_epoch or end_offset < fetch_offset:
+            return epoch, end_offset
+        return None
+
     def follower_in_sync(self, replica_id: int) -> bool:
         """May `replica_id` join the ISR: its log reaches the high watermark and the current epoch's start."""
         follower = self.followers.get(replica_id)

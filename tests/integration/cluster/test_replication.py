@@ -234,8 +234,9 @@ def test_a_former_leader_truncates_what_the_new_leader_lacks(
     cluster_factory, clients, topic_name: str
 ) -> None:
     """The leader takes acks=1 writes its followers never fetch (they are paused), then dies; a follower is
-    elected and takes other writes. Back, the former leader drops its unreplicated records (OffsetForLeaderEpoch
-    against the new leader's epochs) and ends byte for byte like the others."""
+    elected and takes other writes. Back, the former leader drops its unreplicated records (its first fetch names
+    the epoch of its last batch; the new leader answers with the DivergingEpoch to truncate from, Kafka 2.7+) and
+    ends byte for byte like the others."""
     c = cluster_factory(replica_lag_time_max_ms="600000")
     c.create_topic(topic_name, 1, 3)
     leader, replicas, _ = c.wait_for_leaders(topic_name, 1)[0]
@@ -267,7 +268,9 @@ def test_a_former_leader_truncates_what_the_new_leader_lacks(
     values = [r.value for r in clients.consume("confluent", c.bootstrap, topic_name, kept, 0)]
     expected = committed + (flush if kept == 18 else []) + new
     assert values == [r.value for r in expected]  # none of the unreplicated records
-    assert f"{topic_name}-0: truncating from 16 to {kept - 7}" in c.brokers[leader].log_text()
+    former_leader_log = c.brokers[leader].log_text()
+    assert f"{topic_name}-0: the leader's log diverges after epoch 0 at offset {kept - 7}" in former_leader_log
+    assert f"{topic_name}-0: truncating from 16 to {kept - 7}" in former_leader_log
 
 
 def test_high_watermarks_are_checkpointed_on_every_replica(cluster_factory, topic_name: str) -> None:

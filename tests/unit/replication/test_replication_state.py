@@ -157,6 +157,56 @@ def test_a_follower_never_truncates_above_its_log_end() -> None:
     assert truncation_offset(1, 50, follower_epochs([(1, 0)], 20), 20, 20) == (20, True)
 
 
+# --- truncation on fetch (Fetch v12 LastFetchedEpoch / DivergingEpoch) ------------------------------------------
+
+
+def leader_with_epochs(entries: list[tuple[int, int]], log_end: int) -> Partition:
+    partition = leader(log_end=log_end)
+    partition.log.end_offset_for_epoch = follower_epochs(entries, log_end)
+    return partition
+
+
+@pytest.mark.parametrize(
+    ("case", "last_fetched_epoch", "fetch_offset", "diverging"),
+    [
+        ("no epoch named (Fetch before v12)", -1, 14, None),
+        ("the follower's epoch is the leader's latest", 3, 14, None),
+        ("an earlier epoch, fetching where the leader's next epoch began", 1, 10, None),
+        ("an earlier epoch, fetching before it ended", 1, 7, None),
+        ("the follower kept writing an epoch the leader ended sooner", 1, 12, (1, 10)),
+        ("an epoch the leader never wrote (the follower led it alone)", 2, 12, (1, 10)),
+        ("the follower's epoch 0 ran past where the leader's epoch 1 began", 0, 3, (0, 2)),
+    ],
+)
+def test_the_leader_answers_where_a_followers_log_diverges(case, last_fetched_epoch, fetch_offset, diverging):
+    # the leader: epoch 0 from 0, epoch 1 from 2, epoch 3 from 10, log end 20 (its cache starts at epoch 0)
+    partition = leader_with_epochs([(0, 0), (1, 2), (3, 10)], 20)
+    assert partition.diverging_epoch(last_fetched_epoch, fetch_offset) == diverging, case
+
+
+def test_a_diverging_answer_brings_the_follower_to_where_both_logs_agree() -> None:
+    """The round trips of Kafka 2.7+'s truncation on fetch: the follower (epochs 0, 1, 2 as a lone leader) fetches
+    with its last epoch, truncates to what the leader answers, fetches again with its new last epoch, until the
+    leader (epochs 0, 1, 3) finds no divergence."""
+    leader_partition = leader_with_epochs([(0, 0), (1, 2), (3, 10)], 20)
+    follower_entries, follower_end, follower_hw = [(0, 0), (1, 2), (2, 12)], 16, 9
+    rounds = 0
+    while True:
+        epochs = follower_epochs(follower_entries, follower_end)
+        last_epoch = follower_entries[-1][0]
+        diverging = leader_partition.diverging_epoch(last_epoch, follower_end)
+        if diverging is None:
+            break
+        offset, _ = truncation_offset(*diverging, epochs, follower_end, follower_hw)
+        assert offset <= follower_end
+        follower_end = offset
+        follower_entries = [(e, s) for e, s in follower_entries if s < offset]
+        rounds += 1
+        assert rounds < 5
+    # epoch 1 ran to 10 on the leader; the follower's offsets 10 and 11 of epoch 1 and its epoch 2 are gone
+    assert (follower_end, follower_entries, rounds) == (10, [(0, 0), (1, 2)], 1)
+
+
 # --- throttles ----------------------------------------------------------------------------------------------
 
 
