@@ -1,19 +1,22 @@
 #!/usr/bin/env python
-"""Broker CPU per million produced records, this tree against another checkout, interleaved in one run.
+"""Broker CPU per million produced records, this tree against other checkouts, interleaved in one run.
 
-    .venv/bin/python bench/produce_cpu.py --baseline /tmp/odradek-old [--runs 5] [--records 300000]
+    .venv/bin/python bench/produce_cpu.py --baseline /tmp/odradek-old [--baseline ...] [--runs 5]
     .venv/bin/python bench/produce_cpu.py --baseline /tmp/odradek-old --profile var/bench/prof
+    .venv/bin/python bench/produce_cpu.py --baseline /tmp/odradek-old --py-spy var/bench/spy --no-save
 
 The scenario is bench/run.py's produce-1KiB-6p (one confluent-kafka producer, 1 KiB records, 6 partitions,
-linger.ms=5, batch.size=16384, acks=1): one broker per tree, both started fresh, then runs alternating
-between them so that whatever else the machine is doing weighs on both alike. The number compared is the
-broker process's CPU seconds (utime + stime from /proc, all threads) per million acknowledged records, which a
-busy machine disturbs far less than wall-clock throughput; records/s is shown beside it. The baseline runs with
-this tree's Python and virtualenv, its own sources first on the path (a compiled extension it needs must be
-built there: `python setup.py build_ext --inplace`).
+linger.ms=5, batch.size=16384, acks=1): one broker per tree, all started fresh, then runs rotating between them
+so that whatever else the machine is doing weighs on all alike. The number compared is the broker process's CPU
+seconds (utime + stime from /proc, all threads) per million acknowledged records, which a busy machine disturbs
+far less than wall-clock throughput; records/s is shown beside it, and the Produce requests the producer sent
+(librdkafka's statistics): CPU per record is only comparable at the same records per request. A baseline runs
+with this tree's Python and virtualenv, its own sources first on the path (a compiled extension it needs must
+be built there: `python setup.py build_ext --inplace`).
 
 `--profile DIR` runs each broker under cProfile (sys.setprofile costs CPU of its own: compare profiles with
-each other, not with the numbers of a run without it) and writes DIR/<label>.prof at SIGTERM.
+each other, not with the numbers of a run without it) and writes DIR/<label>.prof at SIGTERM; `--py-spy DIR`
+samples them with py-spy instead (DIR/<label>.txt, collapsed stacks).
 
 Results: bench/results/produce-cpu-<UTC timestamp>.json and bench/results/produce-cpu-latest.md.
 """
@@ -152,6 +155,13 @@ def produce_run(broker: TreeBroker, topic: str, records: int, cap_s: float) -> d
     }
 
 
+def _short_commit(tree: Path) -> str:
+    out = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return out or tree.name
+
+
 def git_describe(tree: Path) -> str:
     out = subprocess.run(
         ["git", "-C", str(tree), "log", "-1", "--format=%h %s"], capture_output=True, text=True, check=False
@@ -163,7 +173,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--baseline", type=Path, required=True, help="checkout of the commit to compare with")
+    parser.add_argument(
+        "--baseline", type=Path, action="append", required=True,
+        help="checkout of a commit to compare with (repeatable: every one runs in the same rotation)",
+    )  # fmt: skip
     parser.add_argument("--runs", type=int, default=5, help="measured runs per broker (after one warm-up)")
     parser.add_argument("--records", type=int, default=300_000, help="records per run")
     parser.add_argument("--cap-s", type=float, default=8.0, help="time cap per run")
@@ -176,12 +189,14 @@ def main() -> None:
     parser.add_argument("--no-save", action="store_true", help="print only, write no results file")
     args = parser.parse_args()
 
-    trees = {"baseline": args.baseline.resolve(), "head": REPO}
+    trees = {f"baseline-{_short_commit(tree)}": tree.resolve() for tree in args.baseline}
+    trees["head"] = REPO
     workroot = Path(
         tempfile.mkdtemp(prefix="produce-cpu-", dir=REPO / "var" if (REPO / "var").is_dir() else None)
     )
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
     brokers: dict[str, TreeBroker] = {}
     samples: dict[str, list[dict]] = {label: [] for label in trees}
     try:
@@ -205,7 +220,7 @@ def main() -> None:
                      str(broker.pid)],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
         for i in range(args.runs):
-            order = list(brokers) if i % 2 == 0 else list(reversed(brokers))
+            order = list(brokers) if i % 2 == 0 else list(reversed(brokers))  # nobody always first
             for label in order:
                 r = produce_run(brokers[label], topics[label], args.records, args.cap_s)
                 samples[label].append(r)
@@ -240,7 +255,9 @@ def main() -> None:
         return
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     run.RESULTS.mkdir(parents=True, exist_ok=True)
+    load_after = os.getloadavg()
     facts = {
+        "load_average_1m_before_after": [load_before[0], load_after[0]],
         "scenario": "produce-1KiB-6p",
         "runs": args.runs,
         "records_per_run": args.records,
@@ -253,9 +270,11 @@ def main() -> None:
         f"# Produce path: broker CPU per million records, A/B ({stamp})",
         "",
         f"produce-1KiB-6p, one confluent-kafka producer, {args.runs} interleaved runs of {args.records} records "
-        f"per broker after a warm-up; broker pinned to CPU {run.BROKER_CPU}, load on CPU {run.LOAD_CPU}"
+        f"per broker after a warm-up; brokers pinned to CPU {run.BROKER_CPU}, load on CPU {run.LOAD_CPU}"
         if run.HAVE_TASKSET
         else "(no taskset)",
+        f"({os.cpu_count()} CPUs shared with other work: 1-minute load average {load_before[0]:.1f} before, "
+        f"{load_after[0]:.1f} after)",
         "",
         "| broker | commit | CPU-s / M records (median, min-max) | records/s (median, min-max) | broker CPU % "
         "| records / request | CPU µs / request |",

@@ -63,7 +63,8 @@ async def handle_produce(ctx: RequestContext, request) -> object:
                     outcome = exc
             pending.append((name, part.index, len(records) if records is not None else 0, outcome))
 
-    results: dict[str, list[tuple[int, object]]] = {}
+    results: dict[str, list[PartitionResult]] = {}
+    failure = None  # the first partition that failed, for acks=0
     for name, index, size, outcome in pending:
         try:
             if isinstance(outcome, asyncio.Task):
@@ -78,31 +79,21 @@ async def handle_produce(ctx: RequestContext, request) -> object:
                     await broker.replica_manager.wait_for_replication(partition, outcome, timeout_ms)
         except (InvalidRecords, KafkaError) as exc:
             outcome = exc
+        if failure is None and isinstance(outcome, InvalidRecords | KafkaError):
+            failure = name, index, outcome
         parts = results.get(name)
         if parts is None:
             parts = results[name] = []
-        parts.append((index, outcome))
+        parts.append(_partition_result(index, outcome))
 
     if acks == 0:
-        failed = [
-            (name, index, o)
-            for name, parts in results.items()
-            for index, o in parts
-            if isinstance(o, InvalidRecords | KafkaError)
-        ]
-        if failed:
-            name, index, error = failed[0]
+        if failure is not None:
+            name, index, error = failure
             raise CloseConnection(
                 f"acks=0 produce to {name}-{index} failed: {error.error_code.name} {error.message or ''}"
             )
         return None
-    return encode_produce_response(
-        ctx.api_version,
-        [
-            (name, [_partition_result(index, outcome) for index, outcome in parts])
-            for name, parts in results.items()
-        ],
-    )
+    return encode_produce_response(ctx.api_version, list(results.items()))
 
 
 def _append(ctx: RequestContext, name: str, index: int, records: bytes | None, acks: int, has_txn_id: bool):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from functools import lru_cache
 
 from broker_runtime.protocol.framing import EncodedBody
 from broker_runtime.protocol.varint import write_uvarint
@@ -29,9 +30,14 @@ def encode_produce_response(
     out = bytearray()
     _length(out, len(topics), flexible)
     for name, partitions in topics:
-        _string(out, name, flexible)
+        out += _name(name, flexible)
         _length(out, len(partitions), flexible)
         for index, error_code, base_offset, append_time, log_start_offset, errors, message in partitions:
+            if flexible and not errors and message is None:  # the usual answer, in one pack
+                out += _PARTITION_OK_FLEXIBLE.pack(
+                    index, error_code, base_offset, append_time, log_start_offset, b"\x01\x00\x00"
+                )
+                continue
             out += _PARTITION.pack(index, error_code, base_offset, append_time)
             if version >= 5:
                 out += _I64.pack(log_start_offset)
@@ -51,6 +57,19 @@ def encode_produce_response(
     if flexible:
         out += b"\x00"
     return EncodedBody(bytes(out), flexible)
+
+
+# a partition of a flexible version with no record errors and no message: ..., log start offset, record errors
+# (compact, empty), error message (compact, null), tagged fields (none)
+_PARTITION_OK_FLEXIBLE = struct.Struct(">ihqqq3s")
+
+
+@lru_cache(maxsize=1024)
+def _name(name: str, flexible: bool) -> bytes:
+    """A topic name with its length, as written in every answer to a topic's producers."""
+    out = bytearray()
+    _string(out, name, flexible)
+    return bytes(out)
 
 
 def _length(out: bytearray, n: int, flexible: bool) -> None:
