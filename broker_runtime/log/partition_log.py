@@ -66,7 +66,7 @@ class FlushPlan:
     log: PartitionLog
     upto: int  # the recovery point once done
     rolled: list[LogSegment]  # rolled segments: log and index files
-    active: LogSegment | None  # the active segment's log file (recovery rebuilds its indexes)
+    active: LogSegment | None  # the active segment's log and .txnindex (recovery rebuilds its other indexes)
     dir_changes: int | None  # fsync the partition dir (segment files created or deleted) up to this change
     messages: int  # unflushed messages when planned
 

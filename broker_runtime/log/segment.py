@@ -389,17 +389,18 @@ class LogSegment:
         self.unflushed = False
 
     def fsync_files(self, *, indexes: bool) -> None:
-        """fsync the log file, and the index files of a rolled segment (written when it rolled). Safe on any
-        thread while the owner appends: it touches descriptors and paths only. A segment closed meanwhile (deleted
-        by retention) is skipped."""
+        """fsync the log file and the `.txnindex`, and the offset and time indexes of a rolled segment (written
+        when it rolled; recovery rebuilds the active segment's). Safe on any thread while the owner appends: it
+        touches descriptors and paths only. A segment closed meanwhile (deleted by retention) is skipped."""
         try:
             if self._handle >= 0:
                 self.fs.fsync(self._handle)
             if indexes and self._offset_index is not None and self._time_index is not None:
                 self._offset_index.fsync()
                 self._time_index.fsync()
-            if indexes:
-                self.txn_index.fsync()
+            # Always, the active segment's too: the recovery point may pass the end of the active segment, which
+            # may then roll right there and never be re-read by recovery (Kafka's LogSegment.flush does the same).
+            self.txn_index.fsync()
         except OSError:
             if self._handle >= 0:
                 raise

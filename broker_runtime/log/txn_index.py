@@ -8,8 +8,9 @@ read_committed collects the entries overlapping [fetch offset, upper bound) from
 offset onwards, and stops at the first entry whose LSO reaches the upper bound (nothing later can overlap).
 
 The file is created by the first entry (a segment without aborted transactions has none), appended to through
-the filesystem seam and fsynced with its segment's other indexes; recovery rebuilds it from the markers of the
-segments it re-reads. Entries are read once and kept in memory (34 bytes of file each; aborts are rare).
+the filesystem seam and fsynced whenever its segment's log is, active segment included (unlike the offset and
+time indexes, it is not rebuilt once the recovery point has passed its segment); recovery rebuilds it from the
+markers of the segments it re-reads. Entries are read once and kept in memory (34 bytes of file each; aborts are rare).
 
 Pure: no asyncio.
 """
@@ -67,6 +68,9 @@ class TransactionIndex:
         self.base_offset = base_offset
         self._entries: list[AbortedTxn] | None = None  # loaded on first use
         self.unflushed = False
+        # Changes to the file so far: an fsync on the flusher's thread clears `unflushed` only if none came
+        # while it ran.
+        self._changes = 0
 
     @property
     def entries(self) -> list[AbortedTxn]:
@@ -89,17 +93,24 @@ class TransactionIndex:
         finally:
             self.fs.close(handle)
         entries.append(txn)
+        self._changes += 1
         self.unflushed = True
 
     def fsync(self) -> None:
+        """Make the entries durable. Safe on the flusher's thread while the owner appends or truncates."""
         if not self.unflushed:
             return
-        handle = self.fs.open(self.path, create=False)
+        changes = self._changes
+        try:
+            handle = self.fs.open(self.path, create=False)
+        except FileNotFoundError:
+            return  # reset meanwhile (truncation, recovery): nothing of it is left to make durable
         try:
             self.fs.fsync(handle)
         finally:
             self.fs.close(handle)
-        self.unflushed = False
+        if self._changes == changes:
+            self.unflushed = False
 
     def reset(self) -> None:
         """Drop every entry (recovery rebuilds them)."""
@@ -125,6 +136,7 @@ class TransactionIndex:
             self.fs.truncate(handle, keep * ENTRY_SIZE)
         finally:
             self.fs.close(handle)
+        self._changes += 1
         self.unflushed = True
 
     def collect(self, fetch_offset: int, upper_bound: int, into: list[AbortedTxn]) -> bool:

@@ -225,3 +225,24 @@ def test_coordinator_batches_are_fenced_by_epoch_but_not_sequenced(fs, clock):
     assert raised.value.error_code == ErrorCode.invalid_producer_epoch
     marker(log, A, committed=True, epoch=2)
     assert log.last_stable_offset(3) == 3
+
+
+def test_an_index_entry_flushed_with_its_active_segment_survives_a_power_cut_after_the_roll(fs, clock):
+    """The recovery point may reach the end of the active segment (a flush at the log end) and the segment then
+    roll right there: recovery never re-reads it again, so its `.txnindex` (contents and name) must be durable
+    by then, as Kafka's LogSegment.flush fsyncs the active segment's indexes with its log."""
+    config = LogConfig(segment_bytes=300)
+    log = open_log(fs, clock, config)
+    append(log, 1)  # 0
+    log.roll()
+    log.flush()  # the active segment (base 1) and its name are durable; it has no .txnindex yet
+    txn_append(log, A, 1, seq=0)  # 1
+    marker(log, A, committed=False)  # 2: creates the active segment's .txnindex
+    log.flush()  # recovery point = log end = 3, in the active segment
+    assert log.recovery_point == 3
+    log.roll()  # at the recovery point (segment.ms, or a full segment at the next append)
+    append(log, 1)  # 3
+    log.flush()  # recovery point 4: the segment with the marker is below it, never re-read by recovery
+    fs.crash(drop_unsynced_dir_entries=True)
+    reopened = open_log(fs, clock, config, recovery_point=log.recovery_point)
+    assert reopened.aborted_transactions(0, 100) == [AbortedTxn(A, 1, 2, 3)]
