@@ -55,7 +55,7 @@ class _Index:
 
     @property
     def is_full(self) -> bool:
-        return len(self) >= self.max_entries
+        return len(self._buf) // self.entry_size >= self.max_entries
 
     def entry_at(self, n: int) -> tuple[int, int]:
         return self.entry.unpack_from(self._buf, n * self.entry_size)
@@ -136,7 +136,8 @@ class OffsetIndex(_Index):
 
     def append(self, offset: int, position: int) -> None:
         relative = offset - self.base_offset
-        if len(self) and relative <= self.entry_at(len(self) - 1)[0]:
+        buf = self._buf  # read once: one entry per appended batch of the produce path
+        if buf and relative <= self.entry.unpack_from(buf, len(buf) - self.entry_size)[0]:
             return  # entries strictly increase; a repeat can only come from a replayed append
         self._buf += self.entry.pack(relative, position)
         self.trimmed = False
@@ -187,8 +188,13 @@ class TimeIndex(_Index):
 
     def maybe_append(self, timestamp: int, offset: int) -> None:
         """Append only when the timestamp grows, so entries are increasing in both fields."""
-        last_ts, last_offset = self.last_entry()
-        if timestamp > last_ts and (offset >= last_offset or not len(self)):
+        buf = self._buf  # read once: called per appended batch of the produce path
+        if buf:
+            last_ts, last_relative = self.entry.unpack_from(buf, len(buf) - self.entry_size)
+            grows = timestamp > last_ts and offset >= self.base_offset + last_relative
+        else:
+            grows = timestamp > -1  # last_entry() of an empty index: (-1, base offset)
+        if grows:
             self._buf += self.entry.pack(timestamp, offset - self.base_offset)
             self.trimmed = False
 
