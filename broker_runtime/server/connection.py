@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
 from broker_runtime.clock import TimerHandle
@@ -46,39 +46,40 @@ _PRODUCE = int(ApiKey.PRODUCE)
 _EAGER = frozenset({_PRODUCE})
 
 
-async def _resumed(coro: Coroutine, awaiting: object) -> object:
-    """The rest of a coroutine whose first step ran outside a task and yielded `awaiting` (a future, or None
-    for a bare yield): run by a task from there, as if the task had run it from the start."""
-    return await _Resume(coro, awaiting)
+class _Resumed(Coroutine):
+    """A coroutine whose first step ran outside a task and yielded `awaiting` (a future, or None for a bare
+    yield), for a task to run from there: its first step hands out `awaiting`, and from then on it is the
+    coroutine itself (what a task sends or throws in goes to it, a cancellation before that step too)."""
 
-
-class _Resume:
-    __slots__ = ("awaiting", "coro")
+    __slots__ = ("_awaiting", "_coro", "_started")
 
     def __init__(self, coro: Coroutine, awaiting: object) -> None:
-        self.coro = coro
-        self.awaiting = awaiting
+        self._coro = coro
+        self._awaiting = awaiting
+        self._started = False
 
-    def __await__(self) -> Generator[object, object, object]:
-        # What `yield from` does for a coroutine that has not started, for one that has: hand each yielded
-        # future to the task, and what the task sends or throws back to the coroutine.
-        coro, awaiting = self.coro, self.awaiting
-        while True:
-            try:
-                sent = yield awaiting
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # a cancellation, above all: the coroutine handles it
-                try:
-                    awaiting = coro.throw(exc)
-                except StopIteration as done:
-                    return done.value
-            else:
-                try:
-                    awaiting = coro.send(sent)
-                except StopIteration as done:
-                    return done.value
+    def send(self, value: object) -> object:
+        if not self._started:
+            self._started = True
+            awaiting, self._awaiting = self._awaiting, None
+            return awaiting
+        return self._coro.send(value)
+
+    def throw(self, exc, value=None, traceback=None) -> object:  # type: ignore[override]
+        self._started = True
+        self._awaiting = None
+        if value is None and traceback is None:
+            return self._coro.throw(exc)
+        return self._coro.throw(exc, value, traceback)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __next__(self) -> object:
+        return self.send(None)
+
+    def __await__(self) -> _Resumed:
+        return self
 
 
 def _what(header: RequestHeader) -> str:
@@ -238,7 +239,7 @@ class KafkaConnection(asyncio.Protocol):
             except (Exception, asyncio.CancelledError) as exc:
                 self._answer(slot, header, held, now_ms, None, exc, more=False)
                 return False
-            coro = _resumed(coro, awaiting)
+            coro = _Resumed(coro, awaiting)
         self._listener.queue.add()
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)

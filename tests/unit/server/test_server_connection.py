@@ -222,3 +222,26 @@ def test_a_produce_failing_at_once_closes_its_connection_after_the_answers_befor
         await listener.stop()
 
     run(scenario())
+
+
+def test_a_produce_awaiting_when_its_client_goes_away_is_cancelled_where_it_waits(tmp_path) -> None:
+    cancelled = asyncio.Event()
+
+    async def handler(ctx, _request):
+        try:
+            await asyncio.Event().wait()  # never set: only the connection's end stops it
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return PRODUCED
+
+    async def scenario():
+        listener = await serve_produce(tmp_path, handler)
+        _, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        writer.write(produce_request(PARK))
+        await writer.drain()
+        writer.close()
+        await asyncio.wait_for(cancelled.wait(), 5)
+        await listener.stop()
+
+    run(scenario())
