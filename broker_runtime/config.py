@@ -247,6 +247,16 @@ def _metrics_listener(v: Any) -> str | None:
     return None
 
 
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+LEADER_SELECTOR = "org.apache.kafka.common.replica.LeaderSelector"
+
+
+def _replica_selector(v: Any) -> str | None:
+    if not v or v in (RACK_AWARE_SELECTOR, LEADER_SELECTOR):
+        return None
+    return f"is not supported: the selectors are {LEADER_SELECTOR} and {RACK_AWARE_SELECTOR} (no plugins)"
+
+
 def _empty_only(what: str) -> Validator:
     def check(v: Any) -> str | None:
         if not v:
@@ -666,8 +676,9 @@ _BROKER_DEFS: list[ConfigDef] = [
     _d("replica.high.watermark.checkpoint.interval.ms", LONG, 5000, "How often high watermarks are "
        "checkpointed."),
     _d("num.replica.alter.log.dirs.threads", INT, None, "Threads moving replicas between log dirs."),
-    _d("replica.selector.class", CLASS, None, "Fetching from followers (KIP-392). Unsupported; must stay unset.",
-       _empty_only("replica selector plugins")),
+    _d("replica.selector.class", CLASS, None, "How a leader picks the replica a consumer fetches from (KIP-392): "
+       "unset or LeaderSelector, the leader; RackAwareReplicaSelector, a replica in the consumer's client.rack.",
+       _replica_selector),
     _d("num.replica.fetchers", INT, 1, "Fetcher tasks per source broker.", at_least(1), dynamic=True),
     _d("replication.quota.window.num", INT, 11, "Samples kept to measure replication throttles.", at_least(1)),
     _d("replication.quota.window.size.seconds", INT, 1, "Time span of each replication throttle sample.",

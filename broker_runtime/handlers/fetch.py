@@ -9,6 +9,11 @@ rather than high-watermark moves. From v12 it names the epoch of its last batch;
 log there, the answer is at once the DivergingEpoch to truncate from, with no records, and the follower's position
 is not recorded (Kafka 2.7+). Replication throttles hold back data of throttled replicas (quota.py).
 
+Fetching from followers (KIP-392): a consumer's Fetch v11+ may go to any replica; a follower serves it up to its
+own high watermark (which its fetches from the leader move, waking such waits). A leader with
+`replica.selector.class` set to Kafka's RackAwareReplicaSelector answers a consumer whose client.rack has an
+in-sync follower holding the offset, and no leader, with that follower as preferred read replica and no records.
+
 The wait is event-driven: the request parks one future on every partition it reads, and an append (or a
 high-watermark move) wakes it; nothing polls. Fetch sessions (KIP-227) are declined by answering session id 0,
 which tells clients to keep sending full fetch requests.
@@ -22,6 +27,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.config import RACK_AWARE_SELECTOR
 from broker_runtime.errors import KafkaError
 from broker_runtime.handlers.context import RequestContext
 from broker_runtime.protocol.compression import CODEC_ZSTD
@@ -33,6 +39,7 @@ _LAST_OFFSET_DELTA = struct.Struct(">i")  # at byte 23 of a batch
 _NO_TOPIC_ID = uuid.UUID(int=0)
 READ_COMMITTED = 1
 TOPIC_IDS_SINCE = 13  # Fetch v13+ names topics by id (KIP-516)
+FROM_FOLLOWERS_SINCE = 11  # Fetch v11+ from a consumer may be served by a follower, which reads to its own HW (KIP-392)
 
 
 async def handle_fetch(ctx: RequestContext, request) -> object:
@@ -59,6 +66,23 @@ def _replica_id(request) -> int:
     if replica_state is not None and replica_state.replica_id >= 0:
         return replica_state.replica_id
     return getattr(request, "replica_id", -1)
+
+
+def _preferred_read_replica(ctx: RequestContext, request, replica_id: int, partition, fetch_offset: int) -> int | None:
+    """KIP-392: as leader with the rack-aware replica.selector.class, the in-sync follower in the consumer's
+    client.rack it should fetch from instead of us (None: read here)."""
+    broker = ctx.broker
+    if (
+        replica_id >= 0
+        or ctx.api_version < FROM_FOLLOWERS_SINCE
+        or not partition.is_leader
+        or broker.config["replica.selector.class"] != RACK_AWARE_SELECTOR
+        or not getattr(request, "rack_id", "")
+    ):
+        return None
+    racks = {b.broker_id: b.rack for b in broker.metadata.brokers()}
+    preferred = partition.preferred_read_replica(request.rack_id, fetch_offset, racks)
+    return None if preferred == partition.broker_id else preferred
 
 
 def _max_bytes(ctx: RequestContext, request) -> int:
@@ -94,7 +118,8 @@ def _read_once(ctx: RequestContext, request, replica_id: int, *, record_fetch: b
                 if partition is None:
                     exists = name in topics_meta and fp.partition in topics_meta[name].partitions
                     raise rm.not_hosted_error(name, fp.partition, exists=exists)
-                partition.require_leader()
+                if replica_id >= 0 or ctx.api_version < FROM_FOLLOWERS_SINCE:
+                    partition.require_leader()
                 current_epoch = getattr(fp, "current_leader_epoch", -1)
                 partition.check_leader_epoch(current_epoch)
                 if ctx.api_version < 10 and broker.produce_policy(name).codec == CODEC_ZSTD:
@@ -120,6 +145,17 @@ def _read_once(ctx: RequestContext, request, replica_id: int, *, record_fetch: b
                     continue
                 if fp.fetch_offset < plog.log_start_offset or fp.fetch_offset > plog.log_end_offset:
                     raise KafkaError(ErrorCode.offset_out_of_range)
+                preferred = _preferred_read_replica(ctx, request, replica_id, partition, fp.fetch_offset)
+                if preferred is not None:
+                    had_error = True  # answered at once: the consumer goes to that replica
+                    parts.append(make(
+                        types.PartitionData, partition_index=fp.partition, error_code=ErrorCode.none,
+                        high_watermark=partition.high_watermark, last_stable_offset=partition.high_watermark,
+                        log_start_offset=plog.log_start_offset,
+                        aborted_transactions=() if read_committed else None, preferred_read_replica=preferred,
+                        records=b"",
+                    ))  # fmt: skip
+                    continue
                 if replica_id >= 0 and record_fetch:
                     rm.record_follower_fetch(
                         partition, replica_id, fp.fetch_offset, getattr(fp, "log_start_offset", -1),

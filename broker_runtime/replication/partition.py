@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -145,6 +146,23 @@ class Partition:
             return epoch, end_offset
         return None
 
+    def preferred_read_replica(self, client_rack: str, fetch_offset: int, racks: Mapping[int, str | None]) -> int:
+        """KIP-392, Kafka's RackAwareReplicaSelector: the replica a consumer in `client_rack` should fetch
+        `fetch_offset` from. The leader when the consumer names no rack, when the leader is in its rack, or when no
+        in-sync follower there has the offset; else the most caught-up such follower."""
+        if not client_rack or racks.get(self.broker_id) == client_rack:
+            return self.broker_id
+        candidates = [
+            (f.log_end_offset, f.last_caught_up_ms, -r)
+            for r in self.isr
+            if r != self.broker_id
+            and racks.get(r) == client_rack
+            and (f := self.followers.get(r)) is not None
+            and f.log_end_offset >= fetch_offset
+            and 0 <= f.log_start_offset <= fetch_offset
+        ]
+        return -max(candidates)[2] if candidates else self.broker_id
+
     def follower_in_sync(self, replica_id: int) -> bool:
         """May `replica_id` join the ISR: its log reaches the high watermark and the current epoch's start."""
         follower = self.followers.get(replica_id)
@@ -194,7 +212,10 @@ class Partition:
         """As follower: the leader's high watermark, capped by what this replica has."""
         new = max(min(leader_high_watermark, self.log.log_end_offset), 0)
         if new != self.high_watermark:
+            moved_up = new > self.high_watermark
             self.high_watermark = new
+            if moved_up:
+                self.wake_waiters()  # consumers fetching from this follower (KIP-392) wait for it
 
     # --- waiting --------------------------------------------------------------------------------------------
 

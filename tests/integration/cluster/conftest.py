@@ -3,8 +3,9 @@
 Fixtures:
 - ``cluster``: three brokers (ids 0-2) in a chroot of their own, started once per module; tests that take a
   broker down must bring it back (``Cluster.restart``) before they end.
-- ``cluster_factory(size=3, **overrides)``: a function-scoped cluster, for tests that kill, pause or stop brokers
-  and leave the cluster in a state others should not inherit.
+- ``cluster_factory(size=3, per_broker=None, **overrides)``: a function-scoped cluster, for tests that kill, pause
+  or stop brokers and leave the cluster in a state others should not inherit; ``per_broker`` maps a broker id to
+  overrides of its own (``{0: {"broker.rack": "a"}}``).
 
 `Cluster` helpers read ZooKeeper directly (kazoo, chrooted) and wait for conditions with a deadline; nothing sleeps
 as synchronisation. A failing test gets the tail of every broker's log in its report.
@@ -32,8 +33,9 @@ _clusters = itertools.count(1)
 
 class Cluster:
     def __init__(
-        self, helpers, root: Path, connect: str, size: int, overrides: dict[str, str], name: str
-    ) -> None:
+        self, helpers, root: Path, connect: str, size: int, overrides: dict[str, str], name: str,
+        per_broker: dict[int, dict[str, str]] | None = None,
+    ) -> None:  # fmt: skip
         self.connect = connect
         self.hosts, _, chroot = connect.partition("/")
         self.chroot = "/" + chroot
@@ -45,6 +47,7 @@ class Cluster:
                 "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
                 "controlled.shutdown.retry.backoff.ms": "500",
                 **overrides,
+                **(per_broker or {}).get(broker_id, {}),
             }
             self.brokers[broker_id] = helpers.new_broker(root, f"{name}-b{broker_id}", merged)
         self._zk: KazooClient | None = None
@@ -193,10 +196,13 @@ class Cluster:
         futures[name].result(60)
 
 
-def _cluster(helpers, broker_logs_dir: Path, zookeeper, size: int, overrides: dict[str, str]) -> Cluster:
+def _cluster(
+    helpers, broker_logs_dir: Path, zookeeper, size: int, overrides: dict[str, str],
+    per_broker: dict[int, dict[str, str]] | None = None,
+) -> Cluster:  # fmt: skip
     n = next(_clusters)
     connect = zookeeper.connect_string(f"/cluster-{n}-{uuid.uuid4().hex[:6]}")
-    return Cluster(helpers, broker_logs_dir / f"cluster-{n}", connect, size, overrides, f"c{n}")
+    return Cluster(helpers, broker_logs_dir / f"cluster-{n}", connect, size, overrides, f"c{n}", per_broker)
 
 
 @pytest.fixture(scope="module")
@@ -222,13 +228,14 @@ def _show_cluster_logs(request: pytest.FixtureRequest) -> None:
 def cluster_factory(request: pytest.FixtureRequest, helpers, broker_logs_dir: Path, zookeeper):
     made: list[Cluster] = []
 
-    def factory(size: int = 3, **overrides: str) -> Cluster:
+    def factory(size: int = 3, per_broker: dict[int, dict[str, str]] | None = None, **overrides: str) -> Cluster:
         c = _cluster(
             helpers,
             broker_logs_dir,
             zookeeper,
             size,
             {k.replace("_", "."): str(v) for k, v in overrides.items()},
+            per_broker,
         )
         made.append(c)
         for broker in c.brokers.values():

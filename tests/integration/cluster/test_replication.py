@@ -20,6 +20,7 @@ from kio.schema.fetch.v12 import request as fetch_v12
 from tests.integration.conftest import (
     RawClient,
     aiokafka_produce,
+    confluent_consume,
     confluent_produce,
     kafka_python_produce,
     rec_to_js,
@@ -400,3 +401,62 @@ def test_a_reassignment_replacing_a_dead_replica_completes(cluster_factory, clie
     finally:
         admin.close()
     c.wait_for(lambda: replicas_agree(c, topic_name, 0, 300), "both replicas with every record")
+
+
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
+def consumer_fetch(broker, topic: str, leader_epoch: int, rack: str):
+    """A consumer's Fetch v12 of partition 0 from offset 0 with its client.rack: (error name, preferred read
+    replica, high watermark, records)."""
+    request = fetch_v12.FetchRequest(
+        replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=1, rack_id=rack, topics=(
+            fetch_v12.FetchTopic(topic=topic, partitions=(fetch_v12.FetchPartition(
+                partition=0, current_leader_epoch=leader_epoch, fetch_offset=0, partition_max_bytes=1 << 20,
+            ),)),
+        ), forgotten_topics_data=(),
+    )  # fmt: skip
+    with RawClient.to(broker) as raw:
+        p = raw.call(request).responses[0].partitions[0]
+    return ErrorCode(p.error_code).name, p.preferred_read_replica, p.high_watermark, p.records or b""
+
+
+def test_a_consumer_fetches_from_the_in_sync_follower_of_its_rack(cluster_factory, clients, topic_name: str) -> None:
+    """KIP-392: with the rack-aware replica.selector.class the leader sends a consumer in a follower's rack to that
+    follower, which serves it up to its own high watermark; a real client in that rack reads everything."""
+    c = cluster_factory(
+        replica_selector_class=RACK_AWARE_SELECTOR, odradek_metrics_listener="http://127.0.0.1:0",
+        per_broker={b: {"broker.rack": f"rack-{b}"} for b in range(3)},
+    )  # fmt: skip
+    c.create_topic(topic_name, 1, 3)
+    leader, replicas, _ = c.wait_for_leaders(topic_name, 1)[0]
+    follower = next(r for r in replicas if r != leader)
+    records = clients.numbered_records(50)
+    confluent_produce(c.bootstrap, topic_name, records, 0, ALL_ACKS)
+    epoch = c.partition_state(topic_name, 0)["leader_epoch"]
+
+    error, preferred, _, data = consumer_fetch(c.brokers[leader], topic_name, epoch, f"rack-{follower}")
+    assert (error, preferred, data) == ("none", follower, b"")
+    for rack in (f"rack-{leader}", ""):  # the leader's own rack, or none: read from the leader
+        error, preferred, high_watermark, data = consumer_fetch(c.brokers[leader], topic_name, epoch, rack)
+        assert (error, preferred, high_watermark) == ("none", -1, 50) and data
+    # the follower answers a consumer once its fetches brought it the high watermark
+    c.wait_for(
+        lambda: consumer_fetch(c.brokers[follower], topic_name, epoch, f"rack-{follower}")[2] == 50,
+        "the follower's high watermark at 50",
+    )
+    error, preferred, _, data = consumer_fetch(c.brokers[follower], topic_name, epoch, f"rack-{follower}")
+    assert (error, preferred) == ("none", -1) and data
+    # librdkafka in the follower's rack reads all of it, from the follower (which sends no bytes to anyone else)
+    follower_bytes_out = bytes_out(c.brokers[follower], topic_name)
+    got = confluent_consume(c.bootstrap, topic_name, 50, 0, config={"client.rack": f"rack-{follower}"})
+    assert clients.contents(got) == clients.contents(records)
+    assert bytes_out(c.brokers[follower], topic_name) >= follower_bytes_out + sum(len(r.value) for r in records)
+
+
+def bytes_out(broker, topic: str) -> float:
+    from tests.integration.cluster.test_cluster_metrics import metrics_port
+    from tests.integration.test_broker_metrics import scrape
+
+    samples = scrape(metrics_port(broker))
+    return samples.get(("kafka_server_brokertopicmetrics_bytesout_total", (("topic", topic),)), 0.0)

@@ -207,6 +207,59 @@ def test_a_diverging_answer_brings_the_follower_to_where_both_logs_agree() -> No
     assert (follower_end, follower_entries, rounds) == (10, [(0, 0), (1, 2)], 1)
 
 
+# --- fetching from followers (KIP-392) ------------------------------------------------------------------------
+
+
+RACKS = {0: "a", 1: "b", 2: "c", 3: "b"}
+
+
+def leader_with_followers(**followers: tuple[int, int]) -> Partition:
+    """Leader 0 of replicas 0-3 (racks a, b, c, b), log end 100, followers' (log end, log start) as given."""
+    partition = leader(log_end=100, isr=(0, 1, 2, 3), replicas=(0, 1, 2, 3))
+    for name, (log_end, log_start) in followers.items():
+        partition.followers[int(name[1:])].log_end_offset = log_end
+        partition.followers[int(name[1:])].log_start_offset = log_start
+    return partition
+
+
+@pytest.mark.parametrize(
+    ("case", "client_rack", "fetch_offset", "isr", "preferred"),
+    [
+        ("no client.rack", "", 50, (0, 1, 2, 3), 0),
+        ("the leader's rack", "a", 50, (0, 1, 2, 3), 0),
+        ("a rack with no replica", "z", 50, (0, 1, 2, 3), 0),
+        ("the most caught-up in-sync follower of the rack", "b", 50, (0, 1, 2, 3), 3),
+        ("a follower without the offset yet", "c", 95, (0, 1, 2, 3), 0),
+        ("a follower outside the ISR", "b", 50, (0, 1, 2), 1),
+        ("no in-sync follower in the rack", "c", 50, (0, 1, 3), 0),
+        ("an offset the followers deleted", "b", 5, (0, 1, 2, 3), 0),
+    ],
+)
+def test_the_leader_sends_a_consumer_to_an_in_sync_follower_of_its_rack(case, client_rack, fetch_offset, isr,
+                                                                          preferred):  # fmt: skip
+    partition = leader_with_followers(r1=(80, 0), r2=(90, 0), r3=(100, 10))
+    partition.isr = list(isr)
+    if case == "an offset the followers deleted":
+        partition.followers[1].log_start_offset = 10
+    assert partition.preferred_read_replica(client_rack, fetch_offset, RACKS) == preferred, case
+
+
+def test_a_follower_wakes_consumers_waiting_on_it_when_its_high_watermark_moves() -> None:
+    import asyncio
+
+    async def scenario() -> tuple[bool, bool]:
+        partition = leader(log_end=10)
+        partition.leader_id = 1  # a follower of broker 1
+        waiter = asyncio.get_running_loop().create_future()
+        partition.add_waiter(waiter)
+        partition.update_follower_high_watermark(0)
+        unchanged = waiter.done()
+        partition.update_follower_high_watermark(8)
+        return unchanged, waiter.done()
+
+    assert asyncio.run(scenario()) == (False, True)
+
+
 # --- throttles ----------------------------------------------------------------------------------------------
 
 
