@@ -3,8 +3,9 @@ AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions.
 
 Each handler maps one wire version onto the transaction coordinator runtime (`broker_runtime/txn/runtime.py`)
 and back, with Kafka's per-version twists (KafkaApis): clients older than PRODUCER_FENCED get
-INVALID_PRODUCER_EPOCH instead, and AddPartitionsToTxn refuses partitions that do not exist before it reaches
-the coordinator (UNKNOWN_TOPIC_OR_PARTITION for them, OPERATION_NOT_ATTEMPTED for the rest).
+INVALID_PRODUCER_EPOCH instead, and AddPartitionsToTxn refuses partitions that do not exist
+(UNKNOWN_TOPIC_OR_PARTITION) and, from clients, internal topics (TOPIC_AUTHORIZATION_FAILED) before it reaches the
+coordinator (OPERATION_NOT_ATTEMPTED for the rest).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.cluster.topics import INTERNAL_TOPICS
 from broker_runtime.errors import KafkaError
 from broker_runtime.group.records import OFFSETS_TOPIC, partition_for
 from broker_runtime.handlers.context import RequestContext
@@ -125,15 +127,28 @@ def _partitions(topics) -> list[tuple[str, int]]:
 
 
 async def _add_partitions(
-    ctx: RequestContext, tid: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]]
+    ctx: RequestContext,
+    tid: str,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: list[tuple[str, int]],
+    *,
+    from_client: bool = True,
 ) -> dict[tuple[str, int], ErrorCode]:
     topics = ctx.broker.metadata.topics()
-    missing = {tp for tp in partitions if tp[0] not in topics or tp[1] not in topics[tp[0]].partitions}
-    if missing:
+    # Clients never write internal topics themselves (Kafka leaves them out of the WRITE authorization): a
+    # group's offsets join a transaction through AddOffsetsToTxn.
+    refused = {tp for tp in partitions if from_client and tp[0] in INTERNAL_TOPICS}
+    missing = {
+        tp for tp in partitions if tp[0] not in topics or tp[1] not in topics[tp[0]].partitions
+    } - refused
+    if refused or missing:
         return {
-            tp: ErrorCode.unknown_topic_or_partition if tp in missing else ErrorCode.operation_not_attempted
+            tp: ErrorCode.topic_authorization_failed if tp in refused
+            else ErrorCode.unknown_topic_or_partition if tp in missing
+            else ErrorCode.operation_not_attempted
             for tp in partitions
-        }
+        }  # fmt: skip
     result = await _run(
         ctx,
         f"AddPartitionsToTxn of {tid!r}",
@@ -171,7 +186,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request) -> object:
             errors = dict.fromkeys(partitions, verified) if isinstance(verified, ErrorCode) else verified
         else:
             errors = await _add_partitions(
-                ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, partitions
+                ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, partitions, from_client=False
             )
         results.append(
             make(
@@ -233,6 +248,9 @@ async def handle_describe_transactions(ctx: RequestContext, request) -> object:
     for tid in request.transactional_ids:
         if runtime is None:
             states.append(_describe_error(types, tid, ErrorCode.coordinator_not_available))
+            continue
+        if not tid:  # before asking which coordinator owns it, as Kafka does
+            states.append(_describe_error(types, tid, ErrorCode.invalid_request))
             continue
         described = runtime.describe(tid)
         if described.error is not ErrorCode.none:

@@ -12,7 +12,12 @@ import pytest
 from kio.index import load_entity_module, load_request_schema
 from kio.schema.errors import ErrorCode as E
 from kio.static.constants import EntityType
-from txn_harness import describe_transaction, find_transaction_coordinator, init_producer_id
+from txn_harness import (
+    _parse_describe_transactions,
+    describe_transaction,
+    find_transaction_coordinator,
+    init_producer_id,
+)
 
 from broker_runtime.handlers.transactions import TRANSACTION_API_VERSIONS
 from broker_runtime.protocol.apis import ApiKey
@@ -100,6 +105,10 @@ def test_add_partitions_to_txn_from_clients(version, client, topic, _txn_version
     # A partition that does not exist fails alone; the others of the request are not attempted.
     assert add_partitions(client, version, tid, pid, epoch, {topic: [0], "no-such-topic": [0]}) == {
         (topic, 0): E.operation_not_attempted, ("no-such-topic", 0): E.unknown_topic_or_partition,
+    }  # fmt: skip
+    # Clients may not add internal topics themselves (Kafka leaves them out of WRITE authorization).
+    assert add_partitions(client, version, tid, pid, epoch, {topic: [0], "__consumer_offsets": [0]}) == {
+        (topic, 0): E.operation_not_attempted, ("__consumer_offsets", 0): E.topic_authorization_failed,
     }  # fmt: skip
     fenced = add_partitions(client, version, tid, pid, epoch + 1, {topic: [0]})
     assert fenced == {(topic, 0): E.producer_fenced if version >= 2 else E.invalid_producer_epoch}
@@ -215,3 +224,11 @@ def test_init_producer_id_with_half_an_existing_producer_is_invalid(version, cli
     # The producer holding the epoch was not disturbed: naming it whole bumps its epoch, as KIP-360 does.
     bumped = init_producer_id(client, tid, version, pid=pid, epoch=epoch)
     assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (E.none, pid, epoch + 1)
+
+
+def test_describe_transactions_of_an_empty_id_is_an_invalid_request(client) -> None:
+    """Kafka checks the id before asking which coordinator owns it (TransactionCoordinator
+    .handleDescribeTransactions)."""
+    client.send(load_request_schema(ApiKey.DESCRIBE_TRANSACTIONS, 0)(transactional_ids=("",)))
+    (state,) = _parse_describe_transactions(client.recv_frame())
+    assert state.error_code == E.invalid_request
