@@ -101,6 +101,11 @@ class TransactionMarkerSender:
         is_current: Callable[[MarkerJob], bool],
         on_written: Callable[[MarkerJob], None],
     ) -> None:
+        if not is_current(job):
+            # Checked before it may replace anything: a stale job must not push out the current one.
+            log.info("markers of %r are no longer wanted here (the coordinator moved on); dropped",
+                     job.transactional_id)  # fmt: skip
+            return
         pending = _PendingTxn(job, set(job.partitions), is_current, on_written)
         previous = self._pending.get(job.transactional_id)
         if previous is not None:

@@ -214,3 +214,25 @@ def test_a_newer_job_for_the_same_transactional_id_replaces_the_old_one() -> Non
         await h.sender.stop()
 
     run(scenario())
+
+
+def test_a_stale_job_never_replaces_a_current_one() -> None:
+    """A job its coordinator no longer wants (an unloaded shard's, reaching the sender late) is dropped on
+    arrival; the current job for the same transactional id keeps being written."""
+
+    async def scenario() -> None:
+        cluster = FakeCluster({("a", 0): 1})
+        cluster.down.add(1)
+        h = Harness(cluster)
+        current = job(("a", 0), producer_id=8)
+        h.add(current)
+        await h.settle()
+        stale = job(("a", 0), producer_id=7)
+        h.sender.add(stale, is_current=lambda _: False, on_written=h.completed.append)
+        cluster.down.clear()
+        await h.advance(h.sender.retry_backoff_ms)
+        assert [w[2] for w in cluster.written] == [8]
+        assert h.completed == [current]
+        await h.sender.stop()
+
+    run(scenario())
