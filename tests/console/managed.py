@@ -29,7 +29,7 @@ OPERATIONS_TEST_DEFAULTS = {
     "auto.leader.rebalance.enable": "false",
 }  # fmt: skip
 
-#: Up to a broker's ZooKeeper session (6 s in deploy/cluster.properties) plus its start on a loaded machine.
+#: Up to a broker's ZooKeeper session (3 s in deploy/cluster.properties) plus its start on a loaded machine.
 BROKER_TIMEOUT_S = 90
 
 
