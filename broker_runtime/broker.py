@@ -59,6 +59,7 @@ from broker_runtime.server.dispatch import Dispatcher
 from broker_runtime.server.listener import Listener
 from broker_runtime.txn.producer_ids import ProducerIdManager
 from broker_runtime.txn.runtime import TransactionCoordinatorRuntime
+from broker_runtime.txn.verification import TransactionVerifier
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,8 @@ class Broker:
         )
         self.group_coordinator: GroupCoordinatorRuntime | None = None
         self.txn_coordinator: TransactionCoordinatorRuntime | None = None
+        # Partition leaders asking transaction coordinators (KIP-890 verification); None before coordinators start.
+        self.txn_verifier: TransactionVerifier | None = None
         self._produce_policies: dict[str, ProducePolicy] = {}
         self._log_configs: dict[str, LogConfig] = {}
         # Produce validation that must decompress (bounded, GIL released) runs here, off the event loop.
@@ -351,8 +354,11 @@ class Broker:
         self.group_coordinator.start()
         self.txn_coordinator = TransactionCoordinatorRuntime(self)
         self.txn_coordinator.start()
+        self.txn_verifier = TransactionVerifier(self)
 
     async def _stop_coordinators(self) -> None:
+        if self.txn_verifier is not None:
+            await self.txn_verifier.stop()
         if self.txn_coordinator is not None:
             await self.txn_coordinator.stop()
         if self.group_coordinator is not None:

@@ -452,7 +452,6 @@ CLEANUP_POLICIES = ("delete", "compact")
 
 # Kafka features Odradek does not build, named in the errors and warnings of the settings that belong to them.
 TIERED_STORAGE = "tiered storage is not built"
-TRANSACTIONS = "partition leaders do not verify transactions with the coordinator (KIP-890)"
 
 # fmt: off
 _BROKER_DEFS: list[ConfigDef] = [
@@ -657,8 +656,9 @@ _BROKER_DEFS: list[ConfigDef] = [
        at_least(1), dynamic=True),
     _d("producer.id.expiration.check.interval.ms", INT, 600000, "How often expired producer ids are removed.",
        at_least(1)),
-    _d("transaction.partition.verification.enable", BOOL, True, "Verify a partition is in the transaction "
-       "before appending transactional data.", dynamic=True),
+    _d("transaction.partition.verification.enable", BOOL, True, "Partition leaders ask the transaction "
+       "coordinator that a partition is in the producer's transaction before appending its first transactional "
+       "data (KIP-890).", dynamic=True),
     # ---- replication
     _d("replica.lag.time.max.ms", LONG, 30000, "A follower not caught up for this long leaves the ISR."),
     _d("replica.fetch.wait.max.ms", INT, 500, "Max wait of a follower fetch (long poll)."),
@@ -726,7 +726,6 @@ _NO_EFFECT_BROKER: dict[str, tuple[str, ...]] = {
     "a broker has one log dir per partition and never moves replicas between its log dirs": (
         "replica.alter.log.dirs.io.max.bytes.per.second", "num.replica.alter.log.dirs.threads",
     ),
-    TRANSACTIONS: ("transaction.partition.verification.enable",),
     "one event loop serves every connection, request and log": (
         "num.network.threads", "num.io.threads", "background.threads", "num.recovery.threads.per.data.dir",
     ),

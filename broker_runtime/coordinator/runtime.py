@@ -464,9 +464,10 @@ class CoordinatorRuntime(Generic[S]):
         timeout_ms = self.topic.commit_timeout_ms
         if first.marker_committed is not None and self.topic.marker_timeout_ms is not None:
             timeout_ms = self.topic.marker_timeout_ms
+        guard = {} if first.verification_guard is None else {"verification_guard": first.verification_guard}
         try:
             result = await self.broker.replica_manager.append(
-                topic, handle.partition, batch, read_header(batch), acks=-1, timeout_ms=timeout_ms
+                topic, handle.partition, batch, read_header(batch), acks=-1, timeout_ms=timeout_ms, **guard
             )
         except KafkaError as exc:
             log.warning("append to %s-%d failed: %s", topic, handle.partition, exc.error_code.name)

@@ -44,6 +44,8 @@ class Append:
     producer_epoch: int = NO_PRODUCER_EPOCH
     marker_committed: bool | None = None
     coordinator_epoch: int = -1
+    # A transactional append whose transaction the partition leader verified (KIP-890): the log checks it.
+    verification_guard: object | None = None
 
     @property
     def is_transactional(self) -> bool:

@@ -159,6 +159,8 @@ class TxnOffsetCommitArgs:
     generation_id: int = NO_GENERATION
     member_id: str = UNKNOWN_MEMBER_ID
     group_instance_id: str | None = None
+    # Set by the handler when transaction verification is on: the guard the offsets partition's log checks.
+    verification_guard: object | None = None
 
 
 @dataclass(frozen=True, slots=True)

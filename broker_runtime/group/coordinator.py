@@ -335,9 +335,15 @@ class GroupCoordinatorShard:
         on_done: Callable[[ErrorCode | None], None] | None = None,
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = NO_PRODUCER_EPOCH,
+        verification_guard: object | None = None,
     ) -> None:
         """Queue records (a transactional producer's when `producer_id` is set) for the runtime to append."""
-        self._appends.append(Append(records, on_done, self.clock.time_ms(), producer_id, producer_epoch))
+        self._appends.append(
+            Append(
+                records, on_done, self.clock.time_ms(), producer_id, producer_epoch,
+                verification_guard=verification_guard,
+            )
+        )  # fmt: skip
 
     # ===================================================================================================
     # inspection (tests, tools)

@@ -116,8 +116,9 @@ class OffsetMetadataManager:
         on_done: Callable[[ErrorCode | None], None] | None = None,
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = NO_PRODUCER_EPOCH,
+        verification_guard: object | None = None,
     ) -> None:
-        self._write_records(records, on_done, producer_id, producer_epoch)
+        self._write_records(records, on_done, producer_id, producer_epoch, verification_guard)
 
     # ===================================================================================================
     # replay
@@ -284,6 +285,7 @@ class OffsetMetadataManager:
         return self._write_commits(
             args.group_id, args.offsets, self.clock.time_ms(), NO_TIMESTAMP, reply,
             producer_id=args.producer_id, producer_epoch=args.producer_epoch,
+            verification_guard=args.verification_guard,
         )  # fmt: skip
 
     def _write_commits(
@@ -296,6 +298,7 @@ class OffsetMetadataManager:
         *,
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = NO_PRODUCER_EPOCH,
+        verification_guard: object | None = None,
     ) -> Reply[tuple[PartitionError, ...]]:
         """Queue the OffsetCommit records of a validated commit; the reply completes when they are appended."""
         limit = self.config.offset_metadata_max_bytes
@@ -336,7 +339,7 @@ class OffsetMetadataManager:
                 )
             )
 
-        self._write(records, on_done, producer_id, producer_epoch)
+        self._write(records, on_done, producer_id, producer_epoch, verification_guard)
         return reply
 
     @staticmethod

@@ -10,6 +10,7 @@ per-API twists (a SyncGroup during a load answers REBALANCE_IN_PROGRESS, a Heart
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 from collections.abc import Awaitable, Callable
@@ -31,11 +32,13 @@ from broker_runtime.group.api import (
     TopicPartition,
     TxnOffsetCommitArgs,
 )
+from broker_runtime.group.offset_metadata_manager import offset_append_error
 from broker_runtime.group.records import OFFSETS_TOPIC, partition_for
 from broker_runtime.handlers.context import RequestContext
 from broker_runtime.protocol.apis import ApiKey
 from broker_runtime.protocol.messages import make
 from broker_runtime.protocol.operations import GROUP_OPERATIONS, OMITTED
+from broker_runtime.txn.producer_state import NO_GUARD, NO_SEQUENCE, VerificationGuard
 
 log = logging.getLogger(__name__)
 
@@ -348,6 +351,9 @@ async def handle_txn_offset_commit(ctx: RequestContext, request) -> object:
             group_instance_id=getattr(request, "group_instance_id", None),
         )
         try:
+            guard = await _verify_txn_offset_commit(ctx, args)
+            if guard is not None:
+                args = dataclasses.replace(args, verification_guard=guard)
             results = await _run(ctx, args.group_id, lambda shard: shard.commit_transactional_offsets(args))
             for r in results:
                 errors[(r.topic, r.partition)] = r.error
@@ -367,6 +373,36 @@ async def handle_txn_offset_commit(ctx: RequestContext, request) -> object:
         types.TxnOffsetCommitResponse, throttle_time=_ZERO,
         topics=tuple(make(types.TxnOffsetCommitResponseTopic, name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
     )  # fmt: skip
+
+
+async def _verify_txn_offset_commit(
+    ctx: RequestContext, args: TxnOffsetCommitArgs
+) -> VerificationGuard | None:
+    """With transaction verification on, the group's offsets partition must be in the producer's transaction
+    before its offsets are written (Kafka 3.9's GroupCoordinator.handleTxnCommitOffsets): returns the guard the
+    append presents, None when verification is off; raises KafkaError with the commit's error otherwise."""
+    broker = ctx.broker
+    verifier = broker.txn_verifier
+    if verifier is None or not verifier.enabled() or args.producer_id < 0 or not args.group_id:
+        return None
+    runtime = _runtime(ctx)
+    offsets_partition = (OFFSETS_TOPIC, runtime.partition_for(args.group_id))
+    try:
+        guard = broker.replica_manager.start_transaction_verification(
+            *offsets_partition, args.producer_id, NO_SEQUENCE, args.producer_epoch
+        )
+    except KafkaError as exc:
+        raise KafkaError(offset_append_error(exc.error_code), exc.message) from None
+    if guard is NO_GUARD:
+        return guard  # the transaction is already open in that partition
+    unverified = await verifier.verify(
+        args.transactional_id, args.producer_id, args.producer_epoch, [offsets_partition],
+        generic_errors=ctx.api_version >= 4,
+    )  # fmt: skip
+    error = unverified.get(offsets_partition)
+    if error is not None:
+        raise KafkaError(offset_append_error(error), f"transaction verification failed: {error.name}")
+    return guard
 
 
 async def _fetch_group(

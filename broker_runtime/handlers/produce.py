@@ -5,6 +5,14 @@ to at most INLINE_DECOMPRESSED_BYTES of records (handing a batch to a thread cos
 decompressing that much). A larger compressed batch, and one the topic recompresses, is validated on a worker
 thread; appends to one partition still happen in arrival order, because each partition keeps the task of its
 latest deferred append and every later append waits for that task first.
+
+Transactional batches, with `transaction.partition.verification.enable` on (KIP-890 part 1, Kafka's
+ReplicaManager.handleProduceAppend): a batch of a producer with no transaction open in the partition takes a
+verification guard from the partition's producer state, and every such partition of the request is verified in
+one question to the producer's transaction coordinator (`txn/verification.py`); the batch is appended (with its
+guard, which the log checks) only once the coordinator confirms the partition is in the transaction, and is
+answered INVALID_TXN_STATE (TRANSACTION_ABORTABLE from Produce v11) otherwise. Its append is deferred like a
+worker-validated one, so appends to the partition keep their arrival order.
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ from broker_runtime.protocol.records import (
     recompress,
     validate_produce_batch,
 )
+from broker_runtime.txn.producer_state import NO_GUARD, VerificationGuard
+from broker_runtime.txn.verification import produce_error
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +55,9 @@ async def handle_produce(ctx: RequestContext, request) -> object:
     acks = request.acks
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     has_txn_id = request.transactional_id is not None
+    verification = None
+    if has_txn_id and broker.txn_verifier is not None and broker.txn_verifier.enabled():
+        verification = _TxnVerification(request.transactional_id, ctx.api_version > 10)
     refused = None  # what every partition of the request is answered when the request itself is refused
     if acks not in (0, 1, -1):
         refused = KafkaError(ErrorCode.invalid_required_acks, f"acks must be 0, 1 or -1, got {acks}")
@@ -58,10 +71,12 @@ async def handle_produce(ctx: RequestContext, request) -> object:
                 outcome: object = refused
             else:
                 try:
-                    outcome = _append(ctx, name, part.index, records, acks, has_txn_id)
+                    outcome = _append(ctx, name, part.index, records, acks, has_txn_id, verification)
                 except (InvalidRecords, KafkaError) as exc:
                     outcome = exc
             pending.append((name, part.index, len(records) if records is not None else 0, outcome))
+    if verification is not None:
+        verification.start(broker)
 
     results: dict[str, list[PartitionResult]] = {}
     failure = None  # the first partition that failed, for acks=0
@@ -96,7 +111,8 @@ async def handle_produce(ctx: RequestContext, request) -> object:
     return encode_produce_response(ctx.api_version, list(results.items()))
 
 
-def _append(ctx: RequestContext, name: str, index: int, records: bytes | None, acks: int, has_txn_id: bool):
+def _append(ctx: RequestContext, name: str, index: int, records: bytes | None, acks: int, has_txn_id: bool,
+            verification: _TxnVerification | None = None):  # fmt: skip
     """Validate and append one partition's batch: (Partition, AppendResult) at once, or the task that will.
     Producer state (partition_log.py) checks the epoch, sequence and transaction of an idempotent batch."""
     broker = ctx.broker
@@ -119,6 +135,13 @@ def _append(ctx: RequestContext, name: str, index: int, records: bytes | None, a
         raise KafkaError(
             ErrorCode.transactional_id_authorization_failed, "transactional records need a transactional id"
         )
+    guard = verified = None
+    if verification is not None and header.attributes & TRANSACTIONAL_FLAG:
+        guard = broker.replica_manager.start_transaction_verification(
+            name, index, header.producer_id, header.base_sequence, header.producer_epoch
+        )
+        if guard is not NO_GUARD:  # no transaction open here yet: ask its coordinator first
+            verified = verification.add(name, index, header.producer_id, header.producer_epoch)
     codec = header.codec
     if codec == CODEC_ZSTD and ctx.api_version < 7:
         raise KafkaError(ErrorCode.unsupported_compression_type, "zstd needs Produce v7 or later")
@@ -135,14 +158,16 @@ def _append(ctx: RequestContext, name: str, index: int, records: bytes | None, a
     else:
         inline = _checked_inline(broker, batch, header, rules)
     if inline:
-        if previous is None or previous.done():
-            return broker.replica_manager.append_local(name, index, batch, header, acks=acks)
+        if verified is None and (previous is None or previous.done()):
+            return broker.replica_manager.append_local(
+                name, index, batch, header, acks=acks, verification_guard=guard
+            )
     else:
         limit = broker.config["socket.request.max.bytes"]
         work = partial(_check_and_recompress, batch, header, rules, target_codec, max_bytes, limit)
         validation = asyncio.get_running_loop().run_in_executor(broker.record_workers, work)
     task = asyncio.get_running_loop().create_task(
-        _append_after(ctx, name, index, batch, header, acks, previous, validation)
+        _append_after(ctx, name, index, batch, header, acks, previous, validation, guard, verified)
     )
     task.add_done_callback(_retrieve_exception)
     partition.append_tail = task
@@ -179,13 +204,63 @@ async def _append_after(
     acks: int,
     previous: asyncio.Task | None,
     validation: asyncio.Future | None,
+    guard: VerificationGuard | None = None,
+    verified: asyncio.Future | None = None,
 ):
-    """Append once the batch is validated (and recompressed) and the partition's previous append is done."""
+    """Append once the batch is validated (and recompressed), its transaction verified, and the partition's
+    previous append is done."""
     if validation is not None:
         batch, header = await validation
+    if verified is not None:
+        error = (await verified).get((name, index))
+        if error is not None:
+            raise produce_error(error)
     if previous is not None and not previous.done():
         await asyncio.wait((previous,))
-    return ctx.broker.replica_manager.append_local(name, index, batch, header, acks=acks)
+    return ctx.broker.replica_manager.append_local(
+        name, index, batch, header, acks=acks, verification_guard=guard
+    )
+
+
+class _TxnVerification:
+    """The transactional partitions of one produce request that need their coordinator's word, asked at once."""
+
+    def __init__(self, transactional_id: str, generic_errors: bool) -> None:
+        self.transactional_id = transactional_id
+        self.generic_errors = generic_errors  # Produce v11+: TRANSACTION_ABORTABLE is answered as such
+        self.producer: tuple[int, int] | None = None
+        self.partitions: list[tuple[str, int]] = []
+        self.answer: asyncio.Future | None = None
+
+    def add(self, name: str, index: int, producer_id: int, producer_epoch: int) -> asyncio.Future:
+        if self.producer is None:
+            self.producer = (producer_id, producer_epoch)
+        elif self.producer != (producer_id, producer_epoch):
+            raise KafkaError(
+                ErrorCode.invalid_producer_id_mapping, "transactional records of more than one producer"
+            )
+        if self.answer is None:
+            self.answer = asyncio.get_running_loop().create_future()
+        self.partitions.append((name, index))
+        return self.answer
+
+    def start(self, broker) -> None:
+        if self.answer is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._verify(broker))
+        task.add_done_callback(_retrieve_exception)
+
+    async def _verify(self, broker) -> None:
+        assert self.answer is not None and self.producer is not None
+        try:
+            errors = await broker.txn_verifier.verify(
+                self.transactional_id, *self.producer, self.partitions, generic_errors=self.generic_errors
+            )
+        except Exception:
+            log.exception("verifying the transaction of %r failed", self.transactional_id)
+            errors = dict.fromkeys(self.partitions, ErrorCode.unknown_server_error)
+        if not self.answer.done():
+            self.answer.set_result(errors)
 
 
 def _check_and_recompress(

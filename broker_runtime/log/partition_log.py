@@ -50,7 +50,12 @@ from broker_runtime.protocol.records import (
     stamp,
 )
 from broker_runtime.txn.control import EndTxnMarker, parse_marker
-from broker_runtime.txn.producer_state import CompletedTxn, CorruptSnapshotError, ProducerStateManager
+from broker_runtime.txn.producer_state import (
+    CompletedTxn,
+    CorruptSnapshotError,
+    ProducerStateManager,
+    VerificationGuard,
+)
 
 log = logging.getLogger(__name__)
 
@@ -376,12 +381,14 @@ class PartitionLog:
         now_ms: int,
         *,
         from_coordinator: bool = False,
+        verification_guard: VerificationGuard | None = None,
     ) -> AppendResult:
         """Append one validated batch (`header` read from `batch` at `header.position`). A client's producer
         batch is checked for epoch, sequence (a retry answers the original offsets) and transaction state; a
         coordinator's (`from_coordinator`: transactional offset commits) for epoch and transaction state only.
         A control batch comes from the transaction coordinator: its marker is checked against the producer's
-        state first."""
+        state first. `verification_guard` (transaction verification on; None: off) is what a transactional data
+        batch of a producer with no open transaction here must match (`ProducerStateManager.check_verified`)."""
         if header.size > self.config.segment_bytes:
             raise KafkaError(
                 ErrorCode.record_list_too_large,
@@ -403,6 +410,8 @@ class PartitionLog:
                 return AppendResult(
                     duplicate.first_offset, duplicate.last_offset, append_time, self.log_start_offset, True
                 )
+        if verification_guard is not None and header.is_transactional and not header.is_control:
+            self.producer_state.check_verified(header.producer_id, verification_guard, base_offset)
         marker = None
         if header.is_control and header.has_producer_id:
             marker = parse_marker(batch, header)

@@ -19,6 +19,7 @@ from broker_runtime.log.partition_log import AppendResult
 from broker_runtime.protocol.records import BatchHeader
 from broker_runtime.replication.fetcher import ReplicaFetcherManager
 from broker_runtime.replication.partition import Partition
+from broker_runtime.txn.producer_state import VerificationGuard
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +260,7 @@ class ReplicaManager:
         *,
         acks: int,
         from_coordinator: bool = False,
+        verification_guard: VerificationGuard | None = None,
     ) -> tuple[Partition, AppendResult]:
         """Append one validated batch as leader, synchronously, so that pipelined produce requests from one
         connection are appended in arrival order."""
@@ -269,11 +271,26 @@ class ReplicaManager:
                 f"{len(partition.isr)} in-sync replicas, below min.insync.replicas {self._min_insync(topic)}",
             )
         result = partition.log.append_as_leader(
-            batch, header, partition.leader_epoch, self._clock.time_ms(), from_coordinator=from_coordinator
+            batch,
+            header,
+            partition.leader_epoch,
+            self._clock.time_ms(),
+            from_coordinator=from_coordinator,
+            verification_guard=verification_guard,
         )
         partition.wake_append_waiters()
         partition.maybe_advance_high_watermark()
         return partition, result
+
+    def start_transaction_verification(
+        self, topic: str, index: int, producer_id: int, sequence: int, epoch: int
+    ) -> VerificationGuard:
+        """The guard a transactional append to this leader partition must present (NO_GUARD: its transaction is
+        already open here). Raises NOT_LEADER_OR_FOLLOWER etc. (Kafka's Partition.maybeStartTransactionVerification)."""
+        partition = self.leader_partition(topic, index)
+        return partition.log.producer_state.start_verification(
+            producer_id, sequence, epoch, self._clock.time_ms()
+        )
 
     async def finish_appends(self) -> None:
         """Wait for the appends whose batches are still being validated off the event loop (at shutdown)."""
@@ -296,7 +313,15 @@ class ReplicaManager:
             )
 
     async def append(
-        self, topic: str, index: int, batch: bytearray, header: BatchHeader, *, acks: int, timeout_ms: int
+        self,
+        topic: str,
+        index: int,
+        batch: bytearray,
+        header: BatchHeader,
+        *,
+        acks: int,
+        timeout_ms: int,
+        verification_guard: VerificationGuard | None = None,
     ) -> AppendResult:
         """The append path of coordinators writing their own topics and transaction markers (Produce validates in
         its handler): Kafka's AppendOrigin.COORDINATOR, whose producer batches are fenced by epoch only."""
@@ -306,7 +331,15 @@ class ReplicaManager:
                 ErrorCode.message_too_large,
                 f"batch of {header.size} bytes exceeds max.message.bytes {partition.log.config.max_message_bytes}",
             )
-        partition, result = self.append_local(topic, index, batch, header, acks=acks, from_coordinator=True)
+        partition, result = self.append_local(
+            topic,
+            index,
+            batch,
+            header,
+            acks=acks,
+            from_coordinator=True,
+            verification_guard=verification_guard,
+        )
         if acks == -1:
             await self.wait_for_replication(partition, result, timeout_ms)
         return result

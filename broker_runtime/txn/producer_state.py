@@ -23,6 +23,16 @@ producer TRANSACTION_COORDINATOR_FENCED) and then ends the open transaction (`up
 first unstable offset is the smallest first offset over open and unreplicated transactions, and the last stable
 offset of the partition is min(high watermark, first unstable offset) (`first_unstable_offset`).
 
+Transaction verification (KIP-890 part 1, Kafka's VerificationStateEntry / VerificationGuard). Before a leader
+appends the first transactional batch of a producer that has no open transaction here, it asks the transaction
+coordinator whether the partition is in the producer's transaction. `start_verification` hands out a guard unique
+to that attempt (none when a transaction is already open: its first append was verified); the append must then
+present that very guard (`check_verified`), or it is INVALID_TXN_STATE. Any transactional batch or marker of the
+producer clears the entry, so a verification answered after a marker ended the transaction cannot let a stale
+batch open a new one (the ABA case). The entry also keeps the lowest sequence seen while verifying: a higher one
+is refused (OUT_OF_ORDER_SEQUENCE_NUMBER) until the lowest is written, so a retried earlier batch is not overtaken.
+Entries are never snapshotted and expire with idle producers.
+
 Snapshot format: Kafka's producer snapshot v1, byte for byte:
     version int16 (=1) | crc uint32 (CRC32C of everything after it) | count int32 | entries
     entry = producer_id int64 | epoch int16 | last_sequence int32 | last_offset int64 | offset_delta int32 |
@@ -117,6 +127,32 @@ class ProducerStateEntry:
         self.last_timestamp = batch.timestamp
 
 
+class VerificationGuard:
+    """One verification attempt; only its identity matters."""
+
+    __slots__ = ()
+
+
+# Kafka's VerificationGuard.SENTINEL: the guard of an append that was not verified; it verifies nothing.
+NO_GUARD = VerificationGuard()
+
+
+@dataclass(slots=True)
+class VerificationStateEntry:
+    timestamp: int
+    lowest_sequence: int
+    epoch: int
+    guard: VerificationGuard = field(default_factory=VerificationGuard)
+
+    def update_lowest_sequence(self, sequence: int, epoch: int) -> None:
+        """A lower sequence of the same epoch lowers the bar; a higher epoch starts it again."""
+        if epoch == self.epoch and sequence < self.lowest_sequence:
+            self.lowest_sequence = sequence
+        if epoch > self.epoch:
+            self.epoch = epoch
+            self.lowest_sequence = sequence
+
+
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == SEQUENCE_MODULUS - 1)
 
@@ -130,6 +166,38 @@ class ProducerStateManager:
         self.ongoing: dict[int, int] = {}
         # Transactions whose marker may be above the high watermark: first offset -> (producer id, marker offset).
         self.unreplicated: dict[int, tuple[int, int]] = {}
+        self.verifications: dict[int, VerificationStateEntry] = {}
+
+    # --- transaction verification ------------------------------------------------------------------------
+
+    def has_ongoing_transaction(self, producer_id: int) -> bool:
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset is not None
+
+    def start_verification(
+        self, producer_id: int, sequence: int, epoch: int, now_ms: int
+    ) -> VerificationGuard:
+        """The guard a transactional append must present; NO_GUARD if the producer's transaction is already
+        open here (nothing to verify). Kafka's maybeStartTransactionVerification."""
+        if self.has_ongoing_transaction(producer_id):
+            return NO_GUARD
+        entry = self.verifications.get(producer_id)
+        if entry is None:
+            entry = self.verifications[producer_id] = VerificationStateEntry(now_ms, sequence, epoch)
+        entry.update_lowest_sequence(sequence, epoch)
+        return entry.guard
+
+    def check_verified(self, producer_id: int, guard: VerificationGuard, offset_hint: int = -1) -> None:
+        """A transactional data batch with verification on: its transaction is open here, or `guard` is the
+        producer's current verification (Kafka's batchMissingRequiredVerification)."""
+        if self.has_ongoing_transaction(producer_id):
+            return
+        entry = self.verifications.get(producer_id)
+        if guard is NO_GUARD or entry is None or entry.guard is not guard:
+            raise KafkaError(
+                ErrorCode.invalid_txn_state,
+                f"record of producer {producer_id} at offset {offset_hint} was not part of an ongoing transaction",
+            )
 
     # --- client appends ----------------------------------------------------------------------------------
 
@@ -139,6 +207,8 @@ class ProducerStateManager:
         of it; raises KafkaError if it must be rejected; returns None if it may be appended."""
         entry = self.producers.get(producer_id)
         if entry is None:
+            if is_transactional and self.verifications:
+                self._check_lowest_sequence(producer_id, first_seq, offset_hint)
             return None  # no state: any sequence is accepted (see module docstring)
         duplicate = entry.find_duplicate(epoch, first_seq, last_seq)
         if duplicate is not None:
@@ -149,6 +219,8 @@ class ProducerStateManager:
                 ErrorCode.invalid_producer_epoch,
                 f"epoch of {where} is {epoch}, which is smaller than the last seen epoch {entry.epoch}",
             )
+        if is_transactional and self.verifications:
+            self._check_lowest_sequence(producer_id, first_seq, offset_hint)
         if epoch != entry.epoch:
             if first_seq != 0 and entry.epoch != NO_PRODUCER_EPOCH:
                 raise KafkaError(
@@ -168,6 +240,15 @@ class ProducerStateManager:
                 f"expected a transactional write from {where}: a transaction is ongoing",
             )
         return None
+
+    def _check_lowest_sequence(self, producer_id: int, first_seq: int, offset_hint: int) -> None:
+        verifying = self.verifications.get(producer_id)
+        if verifying is not None and first_seq > verifying.lowest_sequence:
+            raise KafkaError(
+                ErrorCode.out_of_order_sequence_number,
+                f"out of order sequence number for producer {producer_id} at offset {offset_hint}: {first_seq} "
+                f"(incoming seq. number), {verifying.lowest_sequence} (earliest seen sequence)",
+            )
 
     def check_epoch(
         self, producer_id: int, epoch: int, is_transactional: bool, offset_hint: int = -1
@@ -198,9 +279,12 @@ class ProducerStateManager:
         if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
         entry.add_batch(epoch, BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp))
-        if is_transactional and entry.current_txn_first_offset is None:
-            entry.current_txn_first_offset = first_offset
-            self.ongoing[first_offset] = producer_id
+        if is_transactional:
+            if self.verifications:
+                self.verifications.pop(producer_id, None)  # the open transaction takes over
+            if entry.current_txn_first_offset is None:
+                entry.current_txn_first_offset = first_offset
+                self.ongoing[first_offset] = producer_id
         self.map_end_offset = max(self.map_end_offset, last_offset + 1)
 
     def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
@@ -227,6 +311,10 @@ class ProducerStateManager:
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
+        if self.verifications:
+            self.verifications.pop(
+                producer_id, None
+            )  # a verification from before the marker verifies nothing
         if epoch != entry.epoch:
             entry.batches.clear()
             entry.epoch = epoch
@@ -277,12 +365,17 @@ class ProducerStateManager:
         ]  # fmt: skip
         for pid in expired:
             del self.producers[pid]
+        # Verifications that never led to an append (Kafka expires them on the same schedule).
+        stale = [pid for pid, v in self.verifications.items() if now_ms - v.timestamp >= expiration_ms]
+        for pid in stale:
+            del self.verifications[pid]
         return len(expired)
 
     def clear(self) -> None:
         self.producers.clear()
         self.ongoing.clear()
         self.unreplicated.clear()
+        self.verifications.clear()
         self.map_end_offset = 0
 
     # --- snapshots ---------------------------------------------------------------------------------------

@@ -50,13 +50,20 @@ def commit(client, group: str, topic: str, offset: int) -> E:
 
 
 def txn_commit(client, version: int, group: str, producer_id: int, topic: str, offset: int) -> E:
+    return txn_commit_as(client, version, group, f"tx-{producer_id}", producer_id, 0, topic, offset)
+
+
+def txn_commit_as(
+    client, version: int, group: str, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+    offset: int,
+) -> E:  # fmt: skip
     api = "txn_offset_commit"
     partition = nested(api, version, "TxnOffsetCommitRequestPartition", partition_index=0, committed_offset=offset,
                        committed_leader_epoch=-1, committed_metadata=f"txn-v{version}")  # fmt: skip
     topics = (nested(api, version, "TxnOffsetCommitRequestTopic", name=topic, partitions=(partition,)),)
     response = client.call(build(
-        ApiKey.TXN_OFFSET_COMMIT, version, transactional_id=f"tx-{producer_id}", group_id=group,
-        producer_id=producer_id, producer_epoch=0, generation_id=-1, member_id="", group_instance_id=None,
+        ApiKey.TXN_OFFSET_COMMIT, version, transactional_id=transactional_id, group_id=group,
+        producer_id=producer_id, producer_epoch=producer_epoch, generation_id=-1, member_id="", group_instance_id=None,
         topics=topics,
     ))  # fmt: skip
     assert [(t.name, [p.partition_index for p in t.partitions]) for t in response.topics] == [(topic, [0])]

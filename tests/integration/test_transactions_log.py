@@ -96,9 +96,27 @@ def offsets_of(raw, records: bytes) -> list[int]:
     return [r.offset for h in iter_headers(records) if not h.is_control for r in decode_records(records, h)]
 
 
+# These tests play the transaction coordinator themselves (their producer ids never went through
+# AddPartitionsToTxn), so partition leaders must not verify transactions: the setting's "off" behaviour.
+UNVERIFIED = {"transaction.partition.verification.enable": "false"}
+
+
+@pytest.fixture(scope="module")
+def unverified_broker(broker_logs_dir, helpers):
+    broker = helpers.new_broker(broker_logs_dir, "txn-log-unverified", {"num.partitions": "1", **UNVERIFIED})
+    broker.start()
+    yield broker
+    broker.stop()
+
+
 @pytest.fixture
-def client(shared_broker, raw):
-    with raw.RawClient.to(shared_broker) as c:
+def new_topic(new_topic, unverified_broker):
+    return lambda *args, **kw: new_topic(*args, broker=unverified_broker, **kw)
+
+
+@pytest.fixture
+def client(unverified_broker, raw):
+    with raw.RawClient.to(unverified_broker) as c:
         yield c
 
 
@@ -188,23 +206,23 @@ def _history(client, topic: str) -> list[bytes]:
 
 
 def test_real_consumers_at_read_committed_skip_aborted_records(
-    client, new_topic, shared_broker, clients
+    client, new_topic, unverified_broker, clients
 ) -> None:
     topic = new_topic()
     visible = _history(client, topic)
-    got = clients.confluent_consume(shared_broker.bootstrap, topic, len(visible),
+    got = clients.confluent_consume(unverified_broker.bootstrap, topic, len(visible),
                                     config={"isolation.level": "read_committed"})  # fmt: skip
     assert [r.value for r in got] == visible
-    got = clients.kafka_python_consume(shared_broker.bootstrap, topic, len(visible),
+    got = clients.kafka_python_consume(unverified_broker.bootstrap, topic, len(visible),
                                        isolation_level="read_committed")  # fmt: skip
     assert [r.value for r in got] == visible
-    everything = clients.confluent_consume(shared_broker.bootstrap, topic, 8,
+    everything = clients.confluent_consume(unverified_broker.bootstrap, topic, 8,
                                            config={"isolation.level": "read_uncommitted"})  # fmt: skip
     assert sorted(r.value for r in everything) == sorted([*visible, b"aborted-0", b"aborted-1", b"aborted-2"])
 
 
 def test_kill_9_keeps_the_aborted_list_and_open_transactions(broker_factory, clients, raw) -> None:
-    broker = broker_factory()
+    broker = broker_factory(overrides=UNVERIFIED)
     topic = clients.create_topic(broker.bootstrap, "txn-kill9", 1)
     with raw.RawClient.to(broker) as c:
         visible = _history(c, topic)

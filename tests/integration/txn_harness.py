@@ -17,9 +17,11 @@ from pathlib import Path
 
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode as E
-from kio.static.primitive import i32Timedelta
+from kio.static.primitive import Records, i32Timedelta
 
 from broker_runtime.protocol.apis import ApiKey
+from broker_runtime.protocol.records import build_batch
+from broker_runtime.tools.admin_client import build_request
 
 DEADLINE_S = 60
 
@@ -188,6 +190,65 @@ def init_producer_id(
             return response
         assert time.monotonic() < deadline, response
         time.sleep(0.05)
+
+
+class RawTransactionalProducer:
+    """A transactional producer spoken raw: InitProducerId, AddPartitionsToTxn and EndTxn to its coordinator
+    (`client`), Produce to `via` (a partition's leader; the coordinator's broker by default)."""
+
+    def __init__(self, client, transactional_id: str) -> None:
+        find_transaction_coordinator(client, transactional_id)
+        response = init_producer_id(client, transactional_id)
+        assert response.error_code == E.none
+        self.client, self.tid = client, transactional_id
+        self.pid, self.epoch = int(response.producer_id), int(response.producer_epoch)
+        self.sequences: dict[tuple[str, int], int] = {}
+
+    def add(self, topic: str, partition: int) -> None:
+        response = self.client.call(build_request(
+            ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id=self.tid,
+            v3_and_below_producer_id=self.pid, v3_and_below_producer_epoch=self.epoch,
+            v3_and_below_topics=lambda m: (m.AddPartitionsToTxnTopic(name=topic, partitions=(partition,)),),
+        ))  # fmt: skip
+        assert (
+            response.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == E.none
+        )
+
+    def produce(
+        self, topic: str, partition: int, values: list[bytes], version: int = 9, via=None
+    ) -> tuple[E, int]:
+        sequence = self.sequences.get((topic, partition), 0)
+        batch = build_batch([(None, v) for v in values], producer_id=self.pid, producer_epoch=self.epoch,
+                            base_sequence=sequence, transactional=True)  # fmt: skip
+        response = (via or self.client).call(build_request(
+            ApiKey.PRODUCE, version, transactional_id=self.tid, acks=-1, timeout=ms(10000),
+            topic_data=lambda m: (m.TopicProduceData(name=topic, partition_data=(
+                m.PartitionProduceData(index=partition, records=Records(bytes(batch))),)),),
+        ))  # fmt: skip
+        part = response.responses[0].partition_responses[0]
+        if part.error_code == E.none:
+            self.sequences[(topic, partition)] = sequence + len(values)
+        return part.error_code, int(part.base_offset)
+
+    def end(self, committed: bool) -> E:
+        return self.client.call(build_request(
+            ApiKey.END_TXN, 3, transactional_id=self.tid, producer_id=self.pid, producer_epoch=self.epoch,
+            committed=committed,
+        )).error_code  # fmt: skip
+
+
+def partition_offsets(client, topic: str, partition: int) -> tuple[int, int]:
+    """(high watermark, last stable offset) of a partition, from its leader (`client`)."""
+    response = client.call(build_request(
+        ApiKey.FETCH, 12, replica_id=-1, max_wait=ms(0), min_bytes=0, max_bytes=1 << 20,
+        isolation_level=0, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=(),
+        topics=lambda m: (m.FetchTopic(topic=topic, partitions=(m.FetchPartition(
+            partition=partition, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+            log_start_offset=-1, partition_max_bytes=1 << 20),)),),
+    ))  # fmt: skip
+    part = response.responses[0].partitions[0]
+    assert part.error_code == E.none
+    return int(part.high_watermark), int(part.last_stable_offset)
 
 
 # --- one client's transactions: batches of values, each committed or aborted, spread over 3 partitions ---

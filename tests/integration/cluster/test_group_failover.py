@@ -20,11 +20,12 @@ OFFSETS_PARTITIONS = 3
 RECORDS = 60
 
 
-def make_cluster(cluster_factory):
+def make_cluster(cluster_factory, **overrides: str):
     return cluster_factory(
         offsets_topic_replication_factor=3,
         offsets_topic_num_partitions=OFFSETS_PARTITIONS,
         min_insync_replicas=2,
+        **overrides,
     )
 
 
@@ -118,8 +119,9 @@ def test_offsets_pending_in_a_transaction_move_with_the_coordinator_and_its_mark
 ) -> None:
     """TxnOffsetCommit to the coordinator, kill -9 of its broker: the new leader of the group's
     `__consumer_offsets` partition loads the replicated transactional batch (still pending), and the transaction
-    coordinator's WriteTxnMarkers to it (contract C1) makes the offset visible."""
-    c = make_cluster(cluster_factory)
+    coordinator's WriteTxnMarkers to it (contract C1) makes the offset visible. The test plays the transaction
+    coordinator, so partition leaders do not verify transactions (transaction.partition.verification.enable=false)."""
+    c = make_cluster(cluster_factory, transaction_partition_verification_enable="false")
     c.create_topic(topic_name, 1, 3)
     c.wait_for_leaders(topic_name, 1)
     group = f"{topic_name}-txn"

@@ -10,8 +10,12 @@ import uuid
 
 import pytest
 from confluent_kafka import Producer
+from kio.schema.errors import ErrorCode as E
 from txn_harness import (
+    RawTransactionalProducer,
     check_exactly_once_across_a_killed_processor,
+    find_transaction_coordinator,
+    partition_offsets,
     read_all,
     run_transactions,
     values,
@@ -95,6 +99,39 @@ def test_every_client_commits_and_aborts_across_the_cluster(client, cluster, cli
                      [(committed, True), (aborted, False)], clients)  # fmt: skip
     assert values(read_all(c.bootstrap, topic)) == sorted(committed)
     assert values(read_all(c.bootstrap, topic, "read_uncommitted")) == sorted(committed + aborted)
+
+
+def test_a_leader_verifies_with_a_coordinator_on_another_broker(cluster, raw) -> None:
+    """KIP-890 across brokers: the leader of a partition asks the transactional id's coordinator, on another
+    broker, with an AddPartitionsToTxn verifyOnly request; a partition never added is refused and nothing is
+    appended, an added one is appended."""
+    c = cluster
+    topic = f"txn-verify-{uuid.uuid4().hex[:8]}"
+    c.create_topic(topic, 3, 3)
+    c.wait_for_leaders(topic, 3)
+    leaders = {p: c.partition_state(topic, p)["leader"] for p in range(3)}
+    any_broker = next(iter(c.brokers.values()))
+    with raw.RawClient.to(any_broker, timeout=30) as client:
+        # A transactional id whose coordinator leads none of the topic's partitions, or at least not partition p.
+        for n in range(200):
+            tid = f"remote-{n}-{uuid.uuid4().hex[:6]}"
+            coordinator = int(find_transaction_coordinator(client, tid).node_id)
+            remote = [p for p, leader in leaders.items() if leader != coordinator]
+            if remote:
+                break
+        assert remote, "some partition is led by a broker other than the coordinator"
+    partition = remote[0]
+    with (
+        raw.RawClient.to(c.brokers[coordinator], timeout=30) as at_coordinator,
+        raw.RawClient.to(c.brokers[leaders[partition]], timeout=30) as at_leader,
+    ):
+        producer = RawTransactionalProducer(at_coordinator, tid)
+        assert producer.produce(topic, partition, [b"stray"], via=at_leader)[0] == E.invalid_txn_state
+        assert partition_offsets(at_leader, topic, partition) == (0, 0)
+        producer.add(topic, partition)
+        assert producer.produce(topic, partition, [b"added"], via=at_leader) == (E.none, 0)
+        assert producer.end(committed=True) == E.none
+    assert values(read_all(c.bootstrap, topic)) == [b"added"]
 
 
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])
