@@ -283,6 +283,8 @@ class ClusterClient:
         self._metadata: Metadata | None = None
         self._producer: Producer | None = None
         self._log_dirs_admin: Any = None
+        #: Each broker's rack as DescribeCluster last said (Metadata through librdkafka does not carry it).
+        self.known_racks: dict[int, str | None] = {}
 
     # -- metadata
 
@@ -310,13 +312,19 @@ class ClusterClient:
     def invalidate(self) -> None:
         self._metadata = None
 
-    def describe_cluster(self) -> tuple[str | None, int | None, list[BrokerInfo]]:
+    def describe_cluster(
+        self, *, timeout_s: float | None = None
+    ) -> tuple[str | None, int | None, list[BrokerInfo]]:
+        """(cluster id, controller id, live brokers with their racks). `timeout_s` bounds the wait below the
+        client's timeout, for pages that can do with Metadata while the controller is being replaced."""
+        wait_s = timeout_s or self.timeout_s
         result = _result(
-            self.admin.describe_cluster(request_timeout=self.timeout_s),
+            self.admin.describe_cluster(request_timeout=wait_s),
             what="describing the cluster",
-            timeout=self.timeout_s + 1,
+            timeout=wait_s + (0.2 if timeout_s else 1),
         )
         brokers = [BrokerInfo(n.id, n.host, n.port, n.rack) for n in sorted(result.nodes, key=lambda n: n.id)]
+        self.known_racks.update({b.id: b.rack for b in brokers})
         controller = result.controller.id if result.controller is not None else None
         return result.cluster_id, controller, brokers
 

@@ -3,14 +3,14 @@ client's answers (never stored)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.utils import timezone
 
 from console.clusters.client import BrokerInfo, PartitionInfo, client_for
 from console.clusters.models import BrokerEvent, Cluster, ManagedBroker
-from console.errors import ConsoleError, NotFound, Unavailable
+from console.errors import ConsoleError, NotFound
 
 
 @dataclass
@@ -56,6 +56,10 @@ class Overview:
     disk_error: str = ""
 
 
+#: How long the Brokers page waits for DescribeCluster (answered in milliseconds unless the controller is gone).
+DESCRIBE_TIMEOUT_S = 1.0
+
+
 def brokers(
     cluster: Cluster, *, with_disk: bool = True
 ) -> tuple[list[BrokerRow], str | None, int | None, str]:
@@ -64,9 +68,12 @@ def brokers(
     client = client_for(cluster)
     md = client.metadata()
     try:
-        cluster_id, controller_id, live = client.describe_cluster()
-    except Unavailable:  # no controller known while one is elected: Metadata still lists the brokers
-        cluster_id, controller_id, live = md.cluster_id, md.controller_id, list(md.brokers)
+        cluster_id, controller_id, live = client.describe_cluster(timeout_s=DESCRIBE_TIMEOUT_S)
+    except ConsoleError:
+        # No controller while one is elected (a killed controller's ZooKeeper session lasts seconds): the
+        # page must still show at once what the supervisor saw, so Metadata's brokers, with the racks known.
+        cluster_id, controller_id = md.cluster_id, md.controller_id
+        live = [replace(b, rack=client.known_racks.get(b.id)) for b in md.brokers]
     rows = {b.id: _row(b, "online", controller_id) for b in live}
     for p in md.partitions():
         if p.leader in rows:
