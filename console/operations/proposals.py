@@ -8,6 +8,7 @@ Nothing here changes the cluster.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from console.clusters.client import ClusterClient, client_for
@@ -30,10 +31,12 @@ def cluster_state(client: ClusterClient) -> tuple[dict, dict[int, str | None], d
     return assignment, {b.id: b.rack for b in brokers}, sizes
 
 
-def offline_partitions(client: ClusterClient) -> set[tuple[str, int]]:
-    """Partitions without a leader: no live in-sync replica, so a new replica would have nothing to copy from
-    and a reassignment of them could never finish (read from the metadata `cluster_state` just fetched)."""
-    return {(p.topic, p.partition) for p in client.metadata().partitions() if p.leader < 0}
+def offline_partitions(client: ClusterClient, live: Iterable[int]) -> set[tuple[str, int]]:
+    """Partitions without a live in-sync replica (without a leader, or about to lose it to a dead broker): a new
+    replica would have nothing to copy from and a reassignment of them could never finish. From the metadata
+    `cluster_state` just fetched."""
+    alive = set(live)
+    return {(p.topic, p.partition) for p in client.metadata().partitions() if not set(p.isr) & alive}
 
 
 def _names(partitions) -> list[str]:
@@ -60,7 +63,7 @@ def propose(cluster: Cluster, kind: str, request: dict[str, Any]) -> dict[str, A
     if kind not in MOVING_KINDS:
         raise Invalid(f"unknown operation kind {kind!r}", field="kind")
     assignment, racks, sizes = cluster_state(client)
-    offline = offline_partitions(client)
+    offline = offline_partitions(client, racks)
     params: dict[str, Any] = {"throttle_bytes_per_s": _throttle(request)}
     try:
         if kind == "reassignment":

@@ -155,6 +155,8 @@ def _move_replicas(operation: Operation) -> dict:
         if params["broker"] in live:
             operation.record_step("broker returned", f"broker {params['broker']} is back: nothing moved")
             return {"moved": 0, "broker_returned": True}
+        targets = _drop_offline(client, operation, targets, live)
+        keys = sorted(targets)
         offline = params.get("offline") or []
         operation.record_step(
             "confirmed dead",
@@ -216,6 +218,28 @@ def _move_replicas(operation: Operation) -> dict:
         "moved": sum(len(r["adding"]) for r in _rows(operation)),
         "bytes_moved": operation.params.get("summary", {}).get("bytes_to_move", 0),
     }
+
+
+def _drop_offline(client: ClusterClient, operation: Operation, targets: dict, live: set[int]) -> dict:
+    """A failover's partitions that lost their last live in-sync replica since the proposal (the controller had
+    not yet seen the broker die) leave the plan: they have nothing to copy from and are listed as offline."""
+    client.metadata(max_age_s=0)  # fresh, for offline_partitions
+    lost = set(targets) & proposals.offline_partitions(client, live)
+    if not lost:
+        return targets
+    params = operation.params
+    keep = {tp: replicas for tp, replicas in targets.items() if tp not in lost}
+    rows = [r for r in _rows(operation) if (r["topic"], r["partition"]) not in lost]
+    params["plan"] = planning.to_json(keep)
+    params["summary"] = {
+        **params.get("summary", {}),
+        "partitions": rows,
+        "replicas_moved": sum(len(r["adding"]) for r in rows),
+        "bytes_to_move": sum(r["bytes_to_move"] for r in rows),
+    }
+    params["offline"] = sorted({*params.get("offline", []), *(f"{t}-{p}" for t, p in lost)})
+    Operation.objects.filter(pk=operation.pk).update(params=params)
+    return keep
 
 
 def _verify(client: ClusterClient, operation: Operation, targets: dict) -> None:
