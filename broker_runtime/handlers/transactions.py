@@ -80,9 +80,17 @@ async def handle_init_producer_id(ctx: RequestContext, request) -> object:
         )  # fmt: skip
     if request.transactional_id is None:
         # Idempotent producers get a fresh id at epoch 0, whichever broker they ask (Kafka does the same).
+        try:
+            idempotent_id = await ctx.broker.next_producer_id()
+        except Exception:  # the metadata store could not allocate a block (logged where it failed)
+            # Answered like the transactional path, so the client retries rather than reconnects.
+            return make(
+                types.InitProducerIdResponse, throttle_time=_ZERO, error_code=ErrorCode.coordinator_not_available,
+                producer_id=-1, producer_epoch=-1,
+            )  # fmt: skip
         return make(
             types.InitProducerIdResponse, throttle_time=_ZERO, error_code=ErrorCode.none,
-            producer_id=await ctx.broker.next_producer_id(), producer_epoch=0,
+            producer_id=idempotent_id, producer_epoch=0,
         )  # fmt: skip
     tid = request.transactional_id
     result = await _run(
