@@ -17,6 +17,7 @@ import struct
 from collections import deque
 from typing import Any
 
+from broker_runtime.clock import Clock
 from broker_runtime.cluster.zk_paths import BrokerRegistration
 from broker_runtime.protocol.client import decode_response, encode_request, response_correlation_id
 from broker_runtime.protocol.framing import FrameError
@@ -28,7 +29,7 @@ MAX_RESPONSE_BYTES = 100 * 1024 * 1024
 
 
 class BrokerConnection:
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    def __init__(self, host: str, port: int, client_id: str, clock: Clock) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -37,12 +38,18 @@ class BrokerConnection:
         self._pending: deque[tuple[int, int, int, asyncio.Future]] = deque()
         self._correlation = itertools.count(1)
         self._read_task: asyncio.Task | None = None
+        self._clock = clock
         self.closed = False
 
     async def connect(self, timeout_s: float) -> None:
-        # asyncio.timeout, not wait_for: wait_for may swallow a cancellation that races a result (before 3.12).
-        async with asyncio.timeout(timeout_s):
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        opening = asyncio.ensure_future(asyncio.open_connection(self.host, self.port))
+        try:
+            if not await self._clock.wait_ms(opening, timeout_s * 1000):
+                raise TimeoutError(f"no connection to {self.host}:{self.port} within {timeout_s:.0f}s")
+        finally:
+            if not opening.done():
+                opening.cancel()
+        self._reader, self._writer = opening.result()
         self._read_task = asyncio.create_task(
             self._read_loop(), name=f"broker-connection-{self.host}:{self.port}"
         )
@@ -59,15 +66,16 @@ class BrokerConnection:
         self._writer.write(encode_request(request, correlation_id, self.client_id))
         try:
             await self._writer.drain()
-            async with asyncio.timeout(timeout_s):
-                return await asyncio.shield(future)
-        except TimeoutError:
-            # The slot stays taken; the connection is useless now (a later answer would be misread), close it.
-            self.close(TimeoutError(f"no answer from {self.host}:{self.port} within {timeout_s:.0f}s"))
-            raise
+            answered = await self._clock.wait_ms(future, timeout_s * 1000)
         except OSError as exc:
             self.close(exc)
             raise ConnectionError(str(exc)) from exc
+        if not answered:
+            # The slot stays taken; the connection is useless now (a later answer would be misread): close it.
+            error = TimeoutError(f"no answer from {self.host}:{self.port} within {timeout_s:.0f}s")
+            self.close(error)
+            raise error
+        return future.result()
 
     async def _read_loop(self) -> None:
         assert self._reader is not None
@@ -119,10 +127,12 @@ class BrokerClient:
         client_id: str,
         listener: str,
         *,
+        clock: Clock,
         request_timeout_ms: int = 30000,
         connect_timeout_ms: int = 10000,
     ) -> None:
         self.client_id = client_id
+        self.clock = clock
         self.listener = listener
         self.request_timeout_s = request_timeout_ms / 1000
         self.connect_timeout_s = connect_timeout_ms / 1000
@@ -137,7 +147,7 @@ class BrokerClient:
                 return conn
             if conn is not None:
                 conn.close()
-            conn = BrokerConnection(host, port, self.client_id)
+            conn = BrokerConnection(host, port, self.client_id, self.clock)
             try:
                 await conn.connect(self.connect_timeout_s)
             except (OSError, TimeoutError) as exc:

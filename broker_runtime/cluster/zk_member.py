@@ -100,6 +100,7 @@ class ZkClusterMember:
         self.client = BrokerClient(
             f"broker-{self.broker_id}",
             self.listener,
+            clock=self.broker.clock,
             request_timeout_ms=config["controller.socket.timeout.ms"],
         )
         self.controller = Controller(

@@ -97,6 +97,7 @@ class ReplicaFetcher:
         self._client = BrokerClient(
             f"replica-fetcher-{manager.broker_id}-{leader_id}-{fetcher_id}",
             manager.listener,
+            clock=manager.clock,
             request_timeout_ms=manager.config["replica.socket.timeout.ms"],
         )
         self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{leader_id}-{fetcher_id}")

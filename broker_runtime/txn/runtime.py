@@ -82,6 +82,7 @@ class TransactionCoordinatorRuntime(CoordinatorRuntime[TransactionCoordinatorSha
         self._client = BrokerClient(
             f"broker-{broker.broker_id}-txn-marker-sender",
             "",
+            clock=broker.clock,
             request_timeout_ms=MARKER_REQUEST_TIMEOUT_MS,
         )
 

@@ -86,6 +86,7 @@ class TransactionVerifier:
         self._client = BrokerClient(
             f"broker-{broker.broker_id}-txn-verifier",
             "",
+            clock=broker.clock,
             request_timeout_ms=broker.config["request.timeout.ms"],
         )
         self._queued: dict[int, dict[str, _Queued]] = {}  # coordinator broker id -> transactional id -> entry
