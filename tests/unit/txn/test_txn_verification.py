@@ -10,6 +10,7 @@ from types import SimpleNamespace as NS
 
 from kio.schema.errors import ErrorCode as E
 
+from broker_runtime.clock import ManualClock
 from broker_runtime.errors import KafkaError
 from broker_runtime.txn.records import TRANSACTION_STATE_TOPIC, transaction_partition
 from broker_runtime.txn.verification import TransactionVerifier, produce_error
@@ -29,6 +30,7 @@ def tid_led_by(leaders: dict[int, int], broker: int, prefix: str = "t") -> str:
 class FakeBroker:
     def __init__(self, leaders: dict[int, int]) -> None:
         self.broker_id = HERE
+        self.clock = ManualClock()
         self.config = {"request.timeout.ms": 30000, "transaction.partition.verification.enable": True}
         partitions = {p: NS(leader=leader) for p, leader in leaders.items()}
         topics = {TRANSACTION_STATE_TOPIC: NS(partitions=partitions)}
