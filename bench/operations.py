@@ -334,7 +334,18 @@ def failover(cluster, partitions: int, size: int, grace_s: int) -> dict:
     op.refresh_from_db()
     # the new replicas hold what their leaders hold (byte counts from DescribeLogDirs), not just an ISR entry
     md = client.metadata(max_age_s=0).topic(topic)
-    sizes = client.replica_sizes([topic])
+
+    def live_sizes():  # DescribeLogDirs of every broker the admin client knows: a new one forgets the dead broker
+        from console.clusters.client import forget
+
+        try:
+            return client_for(cluster).replica_sizes([topic])
+        except Exception as exc:
+            log(f"log dirs: {exc}")
+            forget(cluster)
+            return None
+
+    sizes = wait(live_sizes, 60, "replica sizes", interval=1)
     copies_complete = all(
         sizes.get((r, topic, p.partition), -1) == sizes.get((p.leader, topic, p.partition))
         for p in md.partitions
