@@ -14,7 +14,10 @@ After a warm-up of both (connections, metadata, __transaction_state created), no
 1. ``idempotent``: ``--records`` records of ``--value-bytes``, enable.idempotence=true, then flush;
 2. ``transactional`` for each ``--txn-records`` size: the same records in transactions of that many records
    (begin, produce, commit_transaction), with the time of every commit_transaction call (EndTxn, markers on
-   every partition of the transaction, as Kafka's client waits for them).
+   every partition of the transaction, as Kafka's client waits for them); with ``--verification both`` (the
+   default) once with ``transaction.partition.verification.enable`` on and once off (switched on the running
+   broker, the order alternating between rounds), which is the cost of KIP-890's check before the first batch
+   of each partition of a transaction.
 
 Throughput = records (and MB of values) / wall time from the first produce to the last acknowledgement or commit.
 The median over ``--rounds`` rounds is reported, and commit latency p50/p99 over all commits of a size.
@@ -106,6 +109,35 @@ def _throughput(records: int, value_bytes: int, elapsed: float) -> dict[str, Any
     }  # fmt: skip
 
 
+VERIFICATION = "transaction.partition.verification.enable"
+UNVERIFIED_SUFFIX = "_unverified"
+
+
+def set_verification(bootstrap: str, enabled: bool) -> None:
+    """Switch KIP-890 verification on the running broker (a dynamic broker setting)."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    broker_id = str(next(iter(admin.list_topics(timeout=30).brokers)))
+    resource = ConfigResource(ResourceType.BROKER, broker_id, incremental_configs=[
+        ConfigEntry(VERIFICATION, str(enabled).lower(), incremental_operation=AlterConfigOpType.SET)])  # fmt: skip
+    admin.incremental_alter_configs([resource], request_timeout=30)[resource].result(timeout=30)
+
+
+def verification_modes(target: str, args: argparse.Namespace, round_: int) -> list[bool | None]:
+    """Verification settings of one round, in the order they run; None: leave the broker's default."""
+    if target != "odradek":
+        return [None]
+    modes = {"both": [True, False], "on": [True], "off": [False]}[args.verification]
+    return modes if round_ % 2 == 0 else modes[::-1]
+
+
 def run_target(target: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     broker = Broker(target, workdir / target, overrides={"transaction.state.log.num.partitions": "3"})
     value = b"v" * args.value_bytes
@@ -122,19 +154,31 @@ def run_target(target: str, args: argparse.Namespace, workdir: Path) -> dict[str
             log(f"{target}: round {n + 1}: idempotent producer, {args.records:,} records")
             one["idempotent"] = run_idempotent(broker.bootstrap, topic, args.records, value)
             for per_txn in args.txn_records:
-                log(f"{target}: round {n + 1}: transactional producer, {per_txn} records per transaction")
-                one[f"transactional_{per_txn}"] = run_transactional(
-                    broker.bootstrap, topic, args.records, value, per_txn
-                )
+                for verified in verification_modes(target, args, n):
+                    if verified is not None:
+                        set_verification(broker.bootstrap, verified)
+                    state = "" if verified is None else f", verification {'on' if verified else 'off'}"
+                    log(
+                        f"{target}: round {n + 1}: transactional producer, {per_txn} records per transaction{state}"
+                    )
+                    key = f"transactional_{per_txn}" + ("" if verified in (None, True) else UNVERIFIED_SUFFIX)
+                    one[key] = run_transactional(broker.bootstrap, topic, args.records, value, per_txn)
             rounds.append(one)
     finally:
         broker.stop()
     return {"rounds": rounds, "summary": summarize(rounds)}
 
 
+def _row_order(name: str) -> tuple:
+    """idempotent first, then each transaction size (largest first), verification on before off."""
+    if name == "idempotent":
+        return (0, 0, False)
+    return (1, -int(name.split("_")[1]), name.endswith(UNVERIFIED_SUFFIX))
+
+
 def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
-    for name in rounds[0]:
+    for name in sorted(rounds[0], key=_row_order):
         runs = [r[name] for r in rounds]
         entry = {
             "records_per_s": statistics.median(r["records_per_s"] for r in runs),
@@ -171,6 +215,21 @@ def tansu_takes_transactions(workdir: Path) -> bool:
         broker.stop()
 
 
+def verification_ratios(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    """Per transaction size: the median over rounds of (verification on / off) throughput of the same round."""
+    ratios: dict[str, float] = {}
+    for name in rounds[0]:
+        if (
+            name == "idempotent"
+            or name.endswith(UNVERIFIED_SUFFIX)
+            or name + UNVERIFIED_SUFFIX not in rounds[0]
+        ):
+            continue
+        per_round = [r[name]["records_per_s"] / r[name + UNVERIFIED_SUFFIX]["records_per_s"] for r in rounds]
+        ratios[name.split("_")[1]] = statistics.median(per_round)
+    return ratios
+
+
 def markdown(result: dict[str, Any]) -> str:
     p = result["parameters"]
     lines = [
@@ -192,12 +251,24 @@ def markdown(result: dict[str, Any]) -> str:
             label = (
                 "idempotent" if name == "idempotent" else f"transactional, {name.split('_')[1]} records/txn"
             )
+            if target == "odradek" and name != "idempotent":
+                label += ", verification off" if name.endswith(UNVERIFIED_SUFFIX) else ", verification on"
             ratio = f" ({s['records_per_s'] / base:.0%})" if base and name != "idempotent" else ""
             lines.append(
                 f"| {label} | {s['records_per_s']:,.0f}{ratio} | {s['mb_per_s']:.1f} | {s.get('commits', '-')} | "
                 f"{s.get('commit_p50_ms', float('nan')):.1f} | {s.get('commit_p99_ms', float('nan')):.1f} |"
             )
         lines.append("")
+    odradek = result.get("odradek")
+    if isinstance(odradek, dict) and odradek.get("rounds"):
+        ratios = verification_ratios(odradek["rounds"])
+        if ratios:
+            lines += [
+                "Verification on / off, throughput per round (median over rounds): "
+                + "; ".join(f"{size} records/txn {ratio:.2f}" for size, ratio in ratios.items())
+                + ".",
+                "",
+            ]
     tansu = result.get("tansu")
     if tansu == "no transactions":
         lines += ["Tansu: not compared (init_transactions is not served).", ""]
@@ -206,7 +277,10 @@ def markdown(result: dict[str, Any]) -> str:
         "replicated before the answer), then a marker appended to every partition and, for Kafka's client, the "
         "CompleteCommit record before the next transaction may start; small transactions pay that per few "
         "records. Transactions of 1,000 records outrunning the idempotent producer is the client's batching (the "
-        "ratio is the same on Tansu), not the broker. The machine is shared: compare rows of one run only.",
+        "ratio is the same on Tansu), not the broker. Verification on/off: KIP-890's check "
+        "(transaction.partition.verification.enable) before the first batch of each partition of a transaction, "
+        "in process here (the broker is its own transaction coordinator); off is the behaviour before it. The "
+        "machine is shared: compare rows of one run only.",
         "",
     ]
     return "\n".join(lines)
@@ -221,6 +295,8 @@ def main() -> int:
     parser.add_argument("--txn-records", type=int, nargs="+", default=[1000, 100])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-tansu", action="store_true")
+    parser.add_argument("--verification", choices=["both", "on", "off"], default="both",
+                        help="transaction.partition.verification.enable for the transactional runs")  # fmt: skip
     args = parser.parse_args()
     workdir = Path(
         tempfile.mkdtemp(prefix="txn-bench-", dir=REPO / "var" if (REPO / "var").exists() else None)

@@ -8,11 +8,12 @@ latest deferred append and every later append waits for that task first.
 
 Transactional batches, with `transaction.partition.verification.enable` on (KIP-890 part 1, Kafka's
 ReplicaManager.handleProduceAppend): a batch of a producer with no transaction open in the partition takes a
-verification guard from the partition's producer state, and every such partition of the request is verified in
-one question to the producer's transaction coordinator (`txn/verification.py`); the batch is appended (with its
-guard, which the log checks) only once the coordinator confirms the partition is in the transaction, and is
-answered INVALID_TXN_STATE (TRANSACTION_ABORTABLE from Produce v11) otherwise. Its append is deferred like a
-worker-validated one, so appends to the partition keep their arrival order.
+verification guard from the partition's producer state and asks the producer's transaction coordinator
+(`txn/verification.py`) whether the partition is in the transaction: at once when this broker is the coordinator
+(a read of its shard), otherwise in one request for every such partition of the produce request, the append then
+deferred like a worker-validated one so that appends to the partition keep their arrival order. The batch is
+appended (with its guard, which the log checks) only if the coordinator confirms, and is answered
+INVALID_TXN_STATE (TRANSACTION_ABORTABLE from Produce v11) otherwise.
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ def _append(ctx: RequestContext, name: str, index: int, records: bytes | None, a
             name, index, header.producer_id, header.base_sequence, header.producer_epoch
         )
         if guard is not NO_GUARD:  # no transaction open here yet: ask its coordinator first
-            verified = verification.add(name, index, header.producer_id, header.producer_epoch)
+            verified = verification.ask(broker, name, index, header.producer_id, header.producer_epoch)
     codec = header.codec
     if codec == CODEC_ZSTD and ctx.api_version < 7:
         raise KafkaError(ErrorCode.unsupported_compression_type, "zstd needs Produce v7 or later")
@@ -232,7 +233,23 @@ class _TxnVerification:
         self.partitions: list[tuple[str, int]] = []
         self.answer: asyncio.Future | None = None
 
-    def add(self, name: str, index: int, producer_id: int, producer_epoch: int) -> asyncio.Future:
+    def ask(
+        self, broker, name: str, index: int, producer_id: int, producer_epoch: int
+    ) -> asyncio.Future | None:
+        """None when the partition is verified already (the coordinator is this broker, which answers at once;
+        raises KafkaError if it says no); otherwise the future of the request's answer from another broker."""
+        answer = broker.txn_verifier.verify_in_process(
+            self.transactional_id,
+            producer_id,
+            producer_epoch,
+            [(name, index)],
+            generic_errors=self.generic_errors,
+        )
+        if answer is not None:
+            error = answer.get((name, index))
+            if error is not None:
+                raise produce_error(error)
+            return None
         if self.producer is None:
             self.producer = (producer_id, producer_epoch)
         elif self.producer != (producer_id, producer_epoch):

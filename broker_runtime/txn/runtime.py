@@ -163,6 +163,14 @@ class TransactionCoordinatorRuntime(CoordinatorRuntime[TransactionCoordinatorSha
             lambda s: s.verify_partitions(transactional_id, producer_id, producer_epoch, partitions),
         )
 
+    def verify_partitions_now(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """`verify_partitions` without a turn of the event loop: a read of the shard, which never waits.
+        Raises KafkaError (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...)."""
+        handle = self.active_handle(self.partition_for(transactional_id))
+        return handle.shard.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+
     async def end_transaction(
         self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool
     ) -> ErrorCode:

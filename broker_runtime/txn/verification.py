@@ -115,16 +115,43 @@ class TransactionVerifier:
     ) -> dict[TopicPartition, ErrorCode]:
         """The partitions the coordinator did not confirm as part of the producer's ongoing transaction."""
         partitions = list(partitions)
+        answer = self.verify_in_process(
+            transactional_id, producer_id, producer_epoch, partitions, generic_errors=generic_errors
+        )
+        if answer is not None:
+            return answer
         coordinator = self._coordinator_of(transactional_id)
         if coordinator is None:
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
-        if coordinator == self.broker.broker_id:
-            errors = await self._verify_here(transactional_id, producer_id, producer_epoch, partitions)
-            return {tp: _partition_error(error, generic_errors) for tp, error in errors.items() if error}
         future = asyncio.get_running_loop().create_future()
         entry = _Queued(producer_id, producer_epoch, partitions, generic_errors, future)
         self._enqueue(coordinator, transactional_id, entry)
         return await future
+
+    def verify_in_process(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[TopicPartition],
+        *,
+        generic_errors: bool,
+    ) -> dict[TopicPartition, ErrorCode] | None:
+        """`verify`'s answer at once when this broker is the coordinator (a read of its shard: Produce can then
+        append without deferring), or None when the coordinator is elsewhere (or unknown) and must be asked."""
+        if self._coordinator_of(transactional_id) != self.broker.broker_id:
+            return None
+        runtime = self.broker.txn_coordinator
+        if runtime is None:
+            errors = dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
+        else:
+            try:
+                errors = runtime.verify_partitions_now(
+                    transactional_id, producer_id, producer_epoch, partitions
+                )
+            except KafkaError as exc:
+                errors = dict.fromkeys(partitions, exc.error_code)
+        return {tp: _partition_error(error, generic_errors) for tp, error in errors.items() if error}
 
     # --- where the coordinator is -------------------------------------------------------------------------
 
@@ -143,17 +170,6 @@ class TransactionVerifier:
         if all(b.broker_id != info.leader for b in self.broker.metadata.brokers()):
             return None
         return info.leader
-
-    async def _verify_here(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[TopicPartition]
-    ) -> dict[TopicPartition, ErrorCode]:
-        runtime = self.broker.txn_coordinator
-        if runtime is None:
-            return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
-        try:
-            return await runtime.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
-        except KafkaError as exc:
-            return dict.fromkeys(partitions, exc.error_code)
 
     # --- another broker -----------------------------------------------------------------------------------
 

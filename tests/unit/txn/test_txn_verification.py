@@ -39,9 +39,9 @@ class FakeBroker:
             brokers=lambda: [NS(broker_id=b, host="127.0.0.1", port=9000 + b) for b in (HERE, THERE)],
         )
         self.local_answers: dict[str, object] = {}
-        self.txn_coordinator = NS(num_partitions=PARTITIONS, verify_partitions=self._verify_here)
+        self.txn_coordinator = NS(num_partitions=PARTITIONS, verify_partitions_now=self._verify_here)
 
-    async def _verify_here(self, tid, pid, epoch, partitions):
+    def _verify_here(self, tid, pid, epoch, partitions):
         answer = self.local_answers[tid]
         if isinstance(answer, KafkaError):
             raise answer
@@ -113,6 +113,10 @@ def test_a_local_coordinator_is_asked_in_process_with_kafkas_mapping() -> None:
         broker.local_answers[tid] = KafkaError(E.not_coordinator)
         assert await verifier.verify(tid, 7, 0, [TP], generic_errors=True) == {TP: E.not_coordinator}
         assert client.requests == []  # nothing went over the network
+        # Produce's synchronous form answers the same at once; a remote coordinator's answer cannot be had so.
+        assert verifier.verify_in_process(tid, 7, 0, [TP], generic_errors=True) == {TP: E.not_coordinator}
+        remote = tid_led_by(LEADERS, THERE)
+        assert verifier.verify_in_process(remote, 7, 0, [TP], generic_errors=True) is None
 
     run(scenario())
 
