@@ -269,8 +269,11 @@ def _partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
     return info is not None and partition in info.partitions
 
 
-async def handle_offset_commit(ctx: RequestContext, request) -> object:
-    types = ctx.response_types()
+def _commit_partitions(
+    ctx: RequestContext, request
+) -> tuple[list[tuple[str, int]], dict[tuple[str, int], ErrorCode], list[CommitPartition]]:
+    """The partitions an OffsetCommit or TxnOffsetCommit names, in request order; those of unknown topics or
+    partitions get their error at once, the others are returned for the coordinator to commit."""
     errors: dict[tuple[str, int], ErrorCode] = {}
     order: list[tuple[str, int]] = []
     valid: list[CommitPartition] = []
@@ -287,6 +290,24 @@ async def handle_offset_commit(ctx: RequestContext, request) -> object:
                     getattr(p, "committed_leader_epoch", -1), p.committed_metadata,
                 )
             )  # fmt: skip
+    return order, errors, valid
+
+
+def _commit_response_topics(
+    topic_type, partition_type, order: list[tuple[str, int]], errors: dict[tuple[str, int], ErrorCode]
+) -> tuple:
+    """One response topic a topic, its partitions in request order (a partition named twice answered once)."""
+    by_topic: dict[str, list] = {}
+    for topic, partition in dict.fromkeys(order):
+        by_topic.setdefault(topic, []).append(
+            make(partition_type, partition_index=partition, error_code=errors[(topic, partition)])
+        )
+    return tuple(make(topic_type, name=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+
+
+async def handle_offset_commit(ctx: RequestContext, request) -> object:
+    types = ctx.response_types()
+    order, errors, valid = _commit_partitions(ctx, request)
     if valid:
         retention = getattr(request, "retention_time", None)
         args = OffsetCommitArgs(
@@ -299,46 +320,23 @@ async def handle_offset_commit(ctx: RequestContext, request) -> object:
         )
         try:
             results = await _run(ctx, args.group_id, lambda shard: shard.commit_offsets(args))
-            for r in results:
-                errors[(r.topic, r.partition)] = r.error
+            errors.update(((r.topic, r.partition), r.error) for r in results)
         except KafkaError as exc:
-            for p in valid:
-                errors[(p.topic, p.partition)] = exc.error_code
-    by_topic: dict[str, list] = {}
-    for topic, partition in dict.fromkeys(order):
-        by_topic.setdefault(topic, []).append(
-            make(
-                types.OffsetCommitResponsePartition,
-                partition_index=partition,
-                error_code=errors[(topic, partition)],
-            )
-        )
+            errors.update(((p.topic, p.partition), exc.error_code) for p in valid)
     return make(
-        types.OffsetCommitResponse, throttle_time=_ZERO,
-        topics=tuple(make(types.OffsetCommitResponseTopic, name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-    )  # fmt: skip
+        types.OffsetCommitResponse,
+        throttle_time=_ZERO,
+        topics=_commit_response_topics(
+            types.OffsetCommitResponseTopic, types.OffsetCommitResponsePartition, order, errors
+        ),
+    )
 
 
 async def handle_txn_offset_commit(ctx: RequestContext, request) -> object:
     """TxnOffsetCommit v0-4: offsets a transactional producer commits for a group, pending until its transaction
     ends (`OffsetMetadataManager.commit_transactional_offsets`). Member fields come with v3 (KIP-447)."""
     types = ctx.response_types()
-    errors: dict[tuple[str, int], ErrorCode] = {}
-    order: list[tuple[str, int]] = []
-    valid: list[CommitPartition] = []
-    for t in request.topics:
-        for p in t.partitions:
-            tp = (t.name, p.partition_index)
-            order.append(tp)
-            if not _partition_exists(ctx, t.name, p.partition_index):
-                errors[tp] = ErrorCode.unknown_topic_or_partition
-                continue
-            valid.append(
-                CommitPartition(
-                    t.name, p.partition_index, p.committed_offset,
-                    getattr(p, "committed_leader_epoch", -1), p.committed_metadata,
-                )
-            )  # fmt: skip
+    order, errors, valid = _commit_partitions(ctx, request)
     if valid:
         args = TxnOffsetCommitArgs(
             group_id=request.group_id,
@@ -355,24 +353,16 @@ async def handle_txn_offset_commit(ctx: RequestContext, request) -> object:
             if guard is not None:
                 args = dataclasses.replace(args, verification_guard=guard)
             results = await _run(ctx, args.group_id, lambda shard: shard.commit_transactional_offsets(args))
-            for r in results:
-                errors[(r.topic, r.partition)] = r.error
+            errors.update(((r.topic, r.partition), r.error) for r in results)
         except KafkaError as exc:
-            for p in valid:
-                errors[(p.topic, p.partition)] = exc.error_code
-    by_topic: dict[str, list] = {}
-    for topic, partition in dict.fromkeys(order):
-        by_topic.setdefault(topic, []).append(
-            make(
-                types.TxnOffsetCommitResponsePartition,
-                partition_index=partition,
-                error_code=errors[(topic, partition)],
-            )
-        )
+            errors.update(((p.topic, p.partition), exc.error_code) for p in valid)
     return make(
-        types.TxnOffsetCommitResponse, throttle_time=_ZERO,
-        topics=tuple(make(types.TxnOffsetCommitResponseTopic, name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-    )  # fmt: skip
+        types.TxnOffsetCommitResponse,
+        throttle_time=_ZERO,
+        topics=_commit_response_topics(
+            types.TxnOffsetCommitResponseTopic, types.TxnOffsetCommitResponsePartition, order, errors
+        ),
+    )
 
 
 async def _verify_txn_offset_commit(
