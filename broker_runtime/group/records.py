@@ -29,10 +29,9 @@ with Java's String.hashCode over UTF-16 code units and Utils.abs mapping Integer
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
-from broker_runtime.protocol.varint import VarintError, read_uvarint, write_uvarint
+from broker_runtime.coordinator.record_codec import RecordFormatError, RecordReader, RecordWriter
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -45,10 +44,6 @@ MAX_VALUE_VERSION = 4  # both value schemas: 0-4, flexible from 4
 
 NO_LEADER_EPOCH = -1
 NO_TIMESTAMP = -1
-
-
-class RecordFormatError(ValueError):
-    """A key or value in `__consumer_offsets` that does not parse."""
 
 
 # --- the decoded forms ---------------------------------------------------------------------------------------
@@ -108,135 +103,11 @@ class GroupMetadataValue:
 RecordKey = OffsetCommitKey | GroupMetadataKey | UnknownKey
 
 
-# --- primitive readers and writers ---------------------------------------------------------------------------
-
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-
-
-class _Reader:
-    __slots__ = ("buf", "flexible", "pos")
-
-    def __init__(self, buf: bytes | memoryview, pos: int = 0, flexible: bool = False) -> None:
-        self.buf = buf
-        self.pos = pos
-        self.flexible = flexible
-
-    def _take(self, n: int) -> bytes:
-        end = self.pos + n
-        if n < 0 or end > len(self.buf):
-            raise RecordFormatError(
-                f"truncated: need {n} bytes at {self.pos}, have {len(self.buf) - self.pos}"
-            )
-        out = bytes(self.buf[self.pos : end])
-        self.pos = end
-        return out
-
-    def _unpack(self, fmt: struct.Struct) -> int:
-        if self.pos + fmt.size > len(self.buf):
-            raise RecordFormatError(f"truncated: need {fmt.size} bytes at {self.pos}")
-        (value,) = fmt.unpack_from(self.buf, self.pos)
-        self.pos += fmt.size
-        return value
-
-    def int16(self) -> int:
-        return self._unpack(_I16)
-
-    def int32(self) -> int:
-        return self._unpack(_I32)
-
-    def int64(self) -> int:
-        return self._unpack(_I64)
-
-    def uvarint(self) -> int:
-        try:
-            value, self.pos = read_uvarint(self.buf, self.pos)
-        except VarintError as exc:
-            raise RecordFormatError(str(exc)) from None
-        return value
-
-    def nullable_string(self) -> str | None:
-        n = self.uvarint() - 1 if self.flexible else self.int16()
-        if n < 0:
-            return None
-        try:
-            return self._take(n).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise RecordFormatError(f"string is not UTF-8: {e}") from None
-
-    def string(self) -> str:
-        s = self.nullable_string()
-        if s is None:
-            raise RecordFormatError("null where a non-nullable string is required")
-        return s
-
-    def bytes_(self) -> bytes:
-        n = self.uvarint() - 1 if self.flexible else self.int32()
-        if n < 0:
-            raise RecordFormatError("null where non-nullable bytes are required")
-        return self._take(n)
-
-    def array_length(self) -> int:
-        n = self.uvarint() - 1 if self.flexible else self.int32()
-        if n < 0:
-            raise RecordFormatError("null where a non-nullable array is required")
-        return n
-
-    def skip_tagged_fields(self) -> None:
-        if not self.flexible:
-            return
-        for _ in range(self.uvarint()):
-            self.uvarint()  # tag
-            self._take(self.uvarint())
-
-
-class _Writer:
-    __slots__ = ("flexible", "out")
-
-    def __init__(self, flexible: bool = False) -> None:
-        self.out = bytearray()
-        self.flexible = flexible
-
-    def int16(self, v: int) -> None:
-        self.out += _I16.pack(v)
-
-    def int32(self, v: int) -> None:
-        self.out += _I32.pack(v)
-
-    def int64(self, v: int) -> None:
-        self.out += _I64.pack(v)
-
-    def uvarint(self, v: int) -> None:
-        write_uvarint(self.out, v)
-
-    def nullable_string(self, s: str | None) -> None:
-        if s is None:
-            self.uvarint(0) if self.flexible else self.int16(-1)
-            return
-        data = s.encode("utf-8")
-        if len(data) > 0x7FFF and not self.flexible:
-            raise RecordFormatError(f"string of {len(data)} bytes does not fit an int16 length")
-        self.uvarint(len(data) + 1) if self.flexible else self.int16(len(data))
-        self.out += data
-
-    def bytes_(self, b: bytes) -> None:
-        self.uvarint(len(b) + 1) if self.flexible else self.int32(len(b))
-        self.out += b
-
-    def array_length(self, n: int) -> None:
-        self.uvarint(n + 1) if self.flexible else self.int32(n)
-
-    def no_tagged_fields(self) -> None:
-        if self.flexible:
-            self.uvarint(0)
-
-
 # --- keys ----------------------------------------------------------------------------------------------------
 
 
 def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
-    w = _Writer()
+    w = RecordWriter()
     w.int16(OFFSET_COMMIT_KEY_WRITE_VERSION)
     w.nullable_string(group)
     w.nullable_string(topic)
@@ -245,14 +116,14 @@ def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
 
 
 def encode_group_metadata_key(group: str) -> bytes:
-    w = _Writer()
+    w = RecordWriter()
     w.int16(GROUP_METADATA_KEY_VERSION)
     w.nullable_string(group)
     return bytes(w.out)
 
 
 def decode_key(data: bytes | memoryview) -> RecordKey:
-    r = _Reader(data)
+    r = RecordReader(data)
     version = r.int16()
     if version in OFFSET_COMMIT_KEY_VERSIONS:
         return OffsetCommitKey(r.string(), r.string(), r.int32())
@@ -270,7 +141,7 @@ def encode_offset_commit_value(value: OffsetCommitValue, version: int | None = N
         version = 1 if value.expire_timestamp != NO_TIMESTAMP else OFFSET_COMMIT_VALUE_WRITE_VERSION
     if not 0 <= version <= MAX_VALUE_VERSION:
         raise RecordFormatError(f"OffsetCommitValue has no version {version}")
-    w = _Writer(flexible=version >= 4)
+    w = RecordWriter(flexible=version >= 4)
     w.int16(version)
     w.int64(value.offset)
     if version >= 3:
@@ -284,7 +155,7 @@ def encode_offset_commit_value(value: OffsetCommitValue, version: int | None = N
 
 
 def decode_offset_commit_value(data: bytes | memoryview) -> OffsetCommitValue:
-    r = _Reader(data)
+    r = RecordReader(data)
     version = r.int16()
     if not 0 <= version <= MAX_VALUE_VERSION:
         raise RecordFormatError(f"unknown OffsetCommitValue version {version}")
@@ -303,7 +174,7 @@ def encode_group_metadata_value(
 ) -> bytes:
     if not 0 <= version <= MAX_VALUE_VERSION:
         raise RecordFormatError(f"GroupMetadataValue has no version {version}")
-    w = _Writer(flexible=version >= 4)
+    w = RecordWriter(flexible=version >= 4)
     w.int16(version)
     w.nullable_string(value.protocol_type)
     w.int32(value.generation)
@@ -329,7 +200,7 @@ def encode_group_metadata_value(
 
 
 def decode_group_metadata_value(data: bytes | memoryview) -> GroupMetadataValue:
-    r = _Reader(data)
+    r = RecordReader(data)
     version = r.int16()
     if not 0 <= version <= MAX_VALUE_VERSION:
         raise RecordFormatError(f"unknown GroupMetadataValue version {version}")
@@ -395,7 +266,7 @@ def subscribed_topics(subscription: bytes) -> frozenset[str]:
     Every version starts with (version int16, topics [string]); later fields are ignored so that future
     versions parse too. Raises RecordFormatError when the bytes are not a subscription.
     """
-    r = _Reader(subscription)
+    r = RecordReader(subscription)
     r.int16()
     n = r.int32()
     if n < 0:
