@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import math
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from broker_runtime.protocol.apis import ApiKey
 from broker_runtime.txn.coordinator import RETRY_COMPLETION
+from broker_runtime.txn.verification import VERIFICATION_MS_BUCKETS
 
 if TYPE_CHECKING:
     from broker_runtime.broker import Broker
@@ -136,6 +138,8 @@ class BrokerCollector:
         yield from self._partitions()
         yield from self._groups()
         yield from self._transactions()
+        yield from self._coordinator_loads()
+        yield from self._verification()
         yield from self._controller()
 
     def _topic_counters(self):
@@ -249,6 +253,63 @@ class BrokerCollector:
             "Transactions whose commit or abort markers are still being written.",
             value=runtime.markers.pending_transactions if runtime is not None else 0,
         )
+        yield GaugeMetricFamily(
+            "kafka_coordinator_transaction_transactionmarkerchannelmanager_unknowndestinationqueuesize",
+            "Transactions whose markers wait for a partition leader to become known.",
+            value=runtime.markers.unknown_destination_queue_size if runtime is not None else 0,
+        )
+
+    def _coordinator_loads(self):
+        """Kafka's partition-load-time-max/avg of the group and transaction coordinators (Kafka metrics, rendered
+        as the JMX exporter names `kafka.server:type=group-coordinator-metrics` attributes); NaN without a
+        load in the window, as Kafka's Max and Avg read then."""
+        broker = self.metrics.broker
+        for runtime, group, coordinator in (
+            (broker.group_coordinator, "group_coordinator_metrics", "group"),
+            (broker.txn_coordinator, "transaction_coordinator_metrics", "transaction"),
+        ):
+            took = runtime.load_times_ms() if runtime is not None else []
+            prefix = f"kafka_server_{group}_partition_load_time_"
+            yield GaugeMetricFamily(
+                prefix + "max", f"The max time it took to load the {coordinator} coordinator's partitions, in ms, "
+                "over the last 30 to 60 s.", value=max(took) if took else math.nan,
+            )  # fmt: skip
+            yield GaugeMetricFamily(
+                prefix + "avg", f"The avg time it took to load the {coordinator} coordinator's partitions, in ms, "
+                "over the last 30 to 60 s.", value=sum(took) / len(took) if took else math.nan,
+            )  # fmt: skip
+
+    def _verification(self):
+        """KIP-890 verification of transactional appends (Kafka's AddPartitionsToTxnManager): VerificationTimeMs as
+        a histogram in ms (its `_count` is the JMX exporter's) with the mean and max, and VerificationFailureRate's
+        count of partitions not verified, as a counter."""
+        verifier = self.metrics.broker.txn_verifier
+        if verifier is None:
+            return
+        stats = verifier.stats
+        prefix = "kafka_server_addpartitionstotxnmanager_"
+        time_ms = HistogramMetricFamily(
+            prefix + "verificationtimems",
+            "Time to verify a transactional append with its coordinator, in ms.",
+        )
+        cumulative, buckets = 0, []
+        for bound, count in zip((*VERIFICATION_MS_BUCKETS, math.inf), stats.buckets, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == math.inf else str(bound), cumulative))
+        time_ms.add_metric([], buckets, stats.sum_ms)
+        yield time_ms
+        yield GaugeMetricFamily(
+            prefix + "verificationtimems_mean", "Mean time to verify a transactional append, in ms.",
+            value=stats.sum_ms / stats.count if stats.count else 0,
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            prefix + "verificationtimems_max", "Longest time to verify a transactional append, in ms.",
+            value=stats.max_ms,
+        )  # fmt: skip
+        yield CounterMetricFamily(
+            prefix + "verificationfailurerate", "Partitions whose transaction verification failed.",
+            value=stats.failures,
+        )  # fmt: skip
 
     def _controller(self):
         member = self.metrics.broker.member

@@ -28,6 +28,7 @@ Theory of operation
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import enum
 import logging
@@ -66,6 +67,9 @@ S = TypeVar("S", bound=Shard)
 MAX_RECORDS_PER_APPEND = 2000
 # Merged batches stay well under the default max.message.bytes (1048588) of the internal topics.
 MAX_MERGED_BATCH_BYTES = 512 * 1024
+# Kafka's partition-load-time-max/avg: a Max and an Avg over two 30-second samples, so a load counts for up to a
+# minute after it finished (its documentation says "the last 30sec"); no load in the window reads NaN.
+LOAD_TIME_WINDOW_MS = 60_000
 # A failed load is retried from scratch after this long (clients see COORDINATOR_LOAD_IN_PROGRESS meanwhile).
 LOAD_RETRY_MS = 1000
 
@@ -148,6 +152,8 @@ class CoordinatorRuntime(Generic[S]):
         self._timer_task: asyncio.Task | None = None
         self._topic_creation: asyncio.Task | None = None
         self._active = False
+        # (finished at, took) in monotonic ms of each load in Kafka's partition-load-time window, oldest first.
+        self._load_times: collections.deque[tuple[int, int]] = collections.deque()
 
     # --- lifecycle ----------------------------------------------------------------------------------------
 
@@ -355,11 +361,23 @@ class CoordinatorRuntime(Generic[S]):
             )
         )
         self.after_call(handle)
+        finished = self.clock.monotonic_ms()
+        self._load_times.append((finished, finished - start))
+        self._forget_old_load_times(finished)
         described = f", {self._describe(shard)}" if self._describe is not None else ""
         log.info(
             "loaded %s-%d: %d records in %d batches%s, in %d ms",
-            topic, handle.partition, records, batches, described, self.clock.monotonic_ms() - start,
+            topic, handle.partition, records, batches, described, finished - start,
         )  # fmt: skip
+
+    def load_times_ms(self) -> list[int]:
+        """How long the loads that finished within Kafka's partition-load-time window took, in ms."""
+        self._forget_old_load_times(self.clock.monotonic_ms())
+        return [took for _, took in self._load_times]
+
+    def _forget_old_load_times(self, now: int) -> None:
+        while self._load_times and self._load_times[0][0] <= now - LOAD_TIME_WINDOW_MS:
+            self._load_times.popleft()
 
     # --- appends ----------------------------------------------------------------------------------------------
 

@@ -93,6 +93,9 @@ class TransactionMarkerSender:
         self._pending: dict[str, _PendingTxn] = {}
         self._timers: set = set()
         self._stopped = False
+        # Transactions with markers waiting for a partition leader to become known (Kafka's
+        # UnknownDestinationQueueSize: one entry per transaction, however many of its partitions are leaderless).
+        self.unknown_destination_queue_size = 0
 
     def add(
         self,
@@ -128,6 +131,7 @@ class TransactionMarkerSender:
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
+        self.unknown_destination_queue_size = 0
         tasks = [d.task for d in self._destinations.values() if d.task is not None]
         for task in tasks:
             task.cancel()
@@ -171,14 +175,19 @@ class TransactionMarkerSender:
             destination.queue.append((pending, tps))
             destination.wakeup.set()
         if leaderless:
-            self._retry_later(pending, leaderless)
+            self.unknown_destination_queue_size += 1
+            self._retry_later(pending, leaderless, leaderless=True)
         self._maybe_written(pending)
 
-    def _retry_later(self, pending: _PendingTxn, partitions: list[TopicPartition]) -> None:
+    def _retry_later(
+        self, pending: _PendingTxn, partitions: list[TopicPartition], *, leaderless: bool = False
+    ) -> None:
         handle = None
 
         def fire() -> None:
             self._timers.discard(handle)
+            if leaderless:
+                self.unknown_destination_queue_size -= 1
             self._route(pending, partitions)
 
         handle = self.clock.call_later_ms(self.retry_backoff_ms, fire)

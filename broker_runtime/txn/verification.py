@@ -19,6 +19,7 @@ maps what remains to its own API's errors (`produce_error`).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -80,6 +81,28 @@ class _Queued:
     answer: asyncio.Future  # -> dict[TopicPartition, ErrorCode] (the unverified ones)
 
 
+# Upper bounds (ms) of the verification time histogram: from an answer in process to a request timeout.
+VERIFICATION_MS_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+
+
+class VerificationStats:
+    """Kafka's AddPartitionsToTxnManager metrics: VerificationTimeMs (one sample per verification answered) and
+    VerificationFailureRate (partitions not verified). Plain ints; the metrics collector reads them."""
+
+    __slots__ = ("buckets", "count", "failures", "max_ms", "sum_ms")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * (len(VERIFICATION_MS_BUCKETS) + 1)  # the last one is +Inf
+        self.count = self.sum_ms = self.max_ms = self.failures = 0
+
+    def record(self, took_ms: int, failed_partitions: int) -> None:
+        self.count += 1
+        self.sum_ms += took_ms
+        self.max_ms = max(self.max_ms, took_ms)
+        self.buckets[bisect.bisect_left(VERIFICATION_MS_BUCKETS, took_ms)] += 1
+        self.failures += failed_partitions
+
+
 class TransactionVerifier:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -91,6 +114,7 @@ class TransactionVerifier:
         )
         self._queued: dict[int, dict[str, _Queued]] = {}  # coordinator broker id -> transactional id -> entry
         self._senders: dict[int, asyncio.Task] = {}
+        self.stats = VerificationStats()
 
     async def stop(self) -> None:
         for task in list(self._senders.values()):
@@ -122,11 +146,15 @@ class TransactionVerifier:
             return answer
         coordinator = self._coordinator_of(transactional_id)
         if coordinator is None:
+            self.stats.failures += len(partitions)  # never asked, so not timed (as Kafka)
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
+        start = self.broker.clock.monotonic_ms()
         future = asyncio.get_running_loop().create_future()
         entry = _Queued(producer_id, producer_epoch, partitions, generic_errors, future)
         self._enqueue(coordinator, transactional_id, entry)
-        return await future
+        unverified = await future
+        self.stats.record(self.broker.clock.monotonic_ms() - start, len(unverified))
+        return unverified
 
     def verify_in_process(
         self,
@@ -151,7 +179,9 @@ class TransactionVerifier:
                 )
             except KafkaError as exc:
                 errors = dict.fromkeys(partitions, exc.error_code)
-        return {tp: _partition_error(error, generic_errors) for tp, error in errors.items() if error}
+        unverified = {tp: _partition_error(error, generic_errors) for tp, error in errors.items() if error}
+        self.stats.record(0, len(unverified))  # answered from memory, within the request
+        return unverified
 
     # --- where the coordinator is -------------------------------------------------------------------------
 

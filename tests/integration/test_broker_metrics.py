@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 import urllib.error
 import urllib.request
@@ -132,3 +133,64 @@ def test_transaction_coordinator_gauges_follow_a_transaction(broker_factory, top
         assert set(now) <= {"PrepareCommit", "CompleteCommit", "pending markers", "retries"}, now
         assert time.monotonic() < deadline, f"the transaction did not complete: {now}"
         time.sleep(0.05)
+
+
+def test_coordinator_load_times_and_transaction_verifications_are_exported(broker_factory, topic_name):
+    """The coordinators' internal topics are created on first use, so a fresh broker has loaded nothing yet (NaN,
+    as Kafka's Max and Avg read without samples); a transactional producer makes both coordinators load, and its
+    first append to a partition is verified with the transaction coordinator."""
+    from confluent_kafka import Producer, TopicPartition
+
+    port = free_port()
+    broker = broker_factory(
+        overrides={
+            "odradek.metrics.listener": f"http://127.0.0.1:{port}",
+            "transaction.state.log.num.partitions": "1",
+            "offsets.topic.num.partitions": "1",
+        }
+    )
+    create_topic(broker.bootstrap, topic_name, partitions=2)
+    load_times = [
+        f"kafka_server_{group}_coordinator_metrics_partition_load_time_{stat}"
+        for group in ("group", "transaction")
+        for stat in ("max", "avg")
+    ]
+    verification = "kafka_server_addpartitionstotxnmanager_"
+    before = scrape(port)
+    assert all(math.isnan(before[name, ()]) for name in load_times)
+    assert before[verification + "verificationtimems_count", ()] == 0
+    unknown_destination = (
+        "kafka_coordinator_transaction_transactionmarkerchannelmanager_unknowndestinationqueuesize"
+    )
+    assert before[unknown_destination, ()] == 0
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"tx-{topic_name}"})
+    producer.init_transactions(30)  # loads __transaction_state-0
+    producer.begin_transaction()
+    for partition in (0, 1):
+        producer.produce(topic_name, b"inside", partition=partition)
+    assert producer.flush(30) == 0
+    # Offsets sent to the transaction load __consumer_offsets-0, and the commit is verified there too.
+    metadata = _consumer_group_metadata(broker.bootstrap, f"group-{topic_name}")
+    producer.send_offsets_to_transaction([TopicPartition(topic_name, 0, 1)], metadata, 30)
+    producer.commit_transaction(30)
+
+    after = scrape(port)
+    for name in load_times:
+        assert after[name, ()] >= 0, name
+    # Two partitions in Produce, one offsets partition in TxnOffsetCommit: each verified once, none failed.
+    assert after[verification + "verificationtimems_count", ()] == 3
+    assert after[verification + "verificationtimems_bucket", (("le", "+Inf"),)] == 3
+    assert after[verification + "verificationtimems_max", ()] >= 0
+    assert after[verification + "verificationfailurerate_total", ()] == 0
+    assert after[unknown_destination, ()] == 0
+
+
+def _consumer_group_metadata(bootstrap: str, group_id: str):
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id})
+    try:
+        return consumer.consumer_group_metadata()
+    finally:
+        consumer.close()

@@ -153,6 +153,30 @@ def test_retriable_partition_errors_are_retried_and_partitions_without_a_leader_
     run(scenario())
 
 
+def test_transactions_waiting_for_an_unknown_leader_are_counted_until_a_leader_is_known() -> None:
+    async def scenario() -> None:
+        cluster = FakeCluster({("a", 0): 1, ("a", 1): LEADER_UNKNOWN, ("a", 2): LEADER_UNKNOWN})
+        h = Harness(cluster)
+        h.add(job(("a", 0), ("a", 1), ("a", 2)))
+        h.add(MarkerJob("other", 3, 8, 0, True, frozenset({("a", 0)})))
+        await h.settle()
+        # One transaction waits (two of its partitions lack a leader); the other one is written.
+        assert h.sender.unknown_destination_queue_size == 1
+        await h.advance(h.sender.retry_backoff_ms)
+        assert h.sender.unknown_destination_queue_size == 1  # still no leader: routed again, waiting again
+        cluster.leaders[("a", 1)] = cluster.leaders[("a", 2)] = 2
+        await h.advance(h.sender.retry_backoff_ms)
+        assert h.sender.unknown_destination_queue_size == 0
+        assert len(h.completed) == 2
+        cluster.leaders[("b", 0)] = LEADER_UNKNOWN
+        h.add(job(("b", 0), producer_id=9))
+        assert h.sender.unknown_destination_queue_size == 1
+        await h.sender.stop()
+        assert h.sender.unknown_destination_queue_size == 0
+
+    run(scenario())
+
+
 def test_a_deleted_partition_needs_no_marker() -> None:
     async def scenario() -> None:
         cluster = FakeCluster({("a", 0): 1})  # ("gone", 0) is not in the metadata
