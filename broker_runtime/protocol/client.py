@@ -11,8 +11,7 @@ from typing import Any
 from kio.index import load_response_schema
 
 from broker_runtime.protocol import inter_broker
-from broker_runtime.protocol.framing import FrameError, _reader, _writer
-from broker_runtime.protocol.varint import VarintError, read_uvarint
+from broker_runtime.protocol.framing import FrameError, _reader, _writer, skip_header_tagged_fields
 
 _HEADER = struct.Struct(">ihhi")  # size placeholder, api key, api version, correlation id
 _CLIENT_ID = struct.Struct(">h")
@@ -57,23 +56,9 @@ def decode_response(frame: bytes | memoryview, api_key: int, api_version: int) -
     cls = response_class(api_key, api_version)
     pos = 4
     if cls.__flexible__ and api_key != API_VERSIONS_KEY:
-        pos = _skip_tagged_fields(frame, pos)
+        pos = skip_header_tagged_fields(frame, pos, "response")
     try:
         body, _ = _reader(cls)(frame, pos)
     except Exception as exc:
         raise FrameError(f"malformed {cls.__name__} v{api_version}: {exc!r}") from exc
     return body
-
-
-def _skip_tagged_fields(frame: bytes | memoryview, pos: int) -> int:
-    try:
-        count, pos = read_uvarint(frame, pos)
-        for _ in range(count):
-            _, pos = read_uvarint(frame, pos)
-            size, pos = read_uvarint(frame, pos)
-            pos += size
-    except VarintError as exc:
-        raise FrameError(f"response header tagged fields: {exc}") from None
-    if pos > len(frame):
-        raise FrameError("response header tagged fields run past the end of the frame")
-    return pos

@@ -98,7 +98,7 @@ def decode_body(header: RequestHeader, frame: memoryview, pos: int) -> Any:
         if pos < len(frame) and frame[pos] == 0:  # no tagged fields: the usual case
             pos += 1
         else:
-            pos = _skip_tagged_fields(frame, pos)
+            pos = skip_header_tagged_fields(frame, pos)
     try:
         # Lengths and nulls first: kio trusts length prefixes (see request_check).
         check(frame, pos, len(frame))
@@ -127,7 +127,8 @@ def _decoder(header: RequestHeader) -> tuple[Any, Any, Any]:
     return decoder
 
 
-def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
+def skip_header_tagged_fields(frame: bytes | memoryview, pos: int, header: str = "request") -> int:
+    """The position after a flexible header's tagged fields (skipped: none is read here)."""
     try:
         count, pos = read_uvarint(frame, pos)
         for _ in range(count):
@@ -135,9 +136,9 @@ def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
             size, pos = read_uvarint(frame, pos)
             pos += size
     except VarintError as exc:
-        raise FrameError(f"request header tagged fields: {exc}") from None
+        raise FrameError(f"{header} header tagged fields: {exc}") from None
     if pos > len(frame):
-        raise FrameError("request header tagged fields run past the end of the frame")
+        raise FrameError(f"{header} header tagged fields run past the end of the frame")
     return pos
 
 
