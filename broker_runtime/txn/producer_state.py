@@ -214,11 +214,7 @@ class ProducerStateManager:
         if duplicate is not None:
             return duplicate
         where = f"producer {producer_id} at offset {offset_hint}"
-        if epoch < entry.epoch:
-            raise KafkaError(
-                ErrorCode.invalid_producer_epoch,
-                f"epoch of {where} is {epoch}, which is smaller than the last seen epoch {entry.epoch}",
-            )
+        _fence_epoch(entry, epoch, where)
         if is_transactional and self.verifications:
             self._check_lowest_sequence(producer_id, first_seq, offset_hint)
         if epoch != entry.epoch:
@@ -234,11 +230,7 @@ class ProducerStateManager:
                 f"out of order sequence number for {where}: {first_seq} (incoming seq. number), "
                 f"{entry.last_seq} (current end sequence number)",
             )
-        if entry.current_txn_first_offset is not None and not is_transactional:
-            raise KafkaError(
-                ErrorCode.invalid_txn_state,
-                f"expected a transactional write from {where}: a transaction is ongoing",
-            )
+        _refuse_plain_write_in_txn(entry, is_transactional, where)
         return None
 
     def _check_lowest_sequence(self, producer_id: int, first_seq: int, offset_hint: int) -> None:
@@ -258,17 +250,8 @@ class ProducerStateManager:
         entry = self.producers.get(producer_id)
         if entry is None:
             return
-        if epoch < entry.epoch:
-            raise KafkaError(
-                ErrorCode.invalid_producer_epoch,
-                f"epoch of producer {producer_id} at offset {offset_hint} is {epoch}, which is smaller than the "
-                f"last seen epoch {entry.epoch}",
-            )
-        if entry.current_txn_first_offset is not None and not is_transactional:
-            raise KafkaError(
-                ErrorCode.invalid_txn_state,
-                f"expected a transactional write from producer {producer_id}: a transaction is ongoing",
-            )
+        _fence_epoch(entry, epoch, f"producer {producer_id} at offset {offset_hint}")
+        _refuse_plain_write_in_txn(entry, is_transactional, f"producer {producer_id}")
 
     # --- recording ---------------------------------------------------------------------------------------
 
@@ -445,3 +428,19 @@ def parse_snapshot(data: bytes) -> Iterable[ProducerStateEntry]:
                 BatchMetadata(first_seq, last_seq, last_offset - delta, last_offset, timestamp)
             )
     return entries.values()
+
+
+def _fence_epoch(entry: ProducerStateEntry, epoch: int, where: str) -> None:
+    if epoch < entry.epoch:
+        raise KafkaError(
+            ErrorCode.invalid_producer_epoch,
+            f"epoch of {where} is {epoch}, which is smaller than the last seen epoch {entry.epoch}",
+        )
+
+
+def _refuse_plain_write_in_txn(entry: ProducerStateEntry, is_transactional: bool, where: str) -> None:
+    if entry.current_txn_first_offset is not None and not is_transactional:
+        raise KafkaError(
+            ErrorCode.invalid_txn_state,
+            f"expected a transactional write from {where}: a transaction is ongoing",
+        )
