@@ -8,8 +8,8 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
-from broker_runtime.clock import Clock
-from broker_runtime.coordinator.runtime import CoordinatorRuntime, CoordinatorTopic
+from broker_runtime.clock import Clock, ManualClock
+from broker_runtime.coordinator.runtime import LOAD_TIME_WINDOW_MS, CoordinatorRuntime, CoordinatorTopic
 from broker_runtime.coordinator.shard import Append, Reply
 from broker_runtime.protocol.records import (
     CONTROL_ABORT,
@@ -223,6 +223,34 @@ def test_a_batch_the_log_took_for_a_retry_is_not_replayed() -> None:
             E.unknown_server_error
         )
         assert runtime.active_shards()[0].pending == {}
+        await runtime.stop()
+
+    run(scenario())
+
+
+def test_load_times_are_measured_by_the_clock_and_kept_for_kafkas_window() -> None:
+    async def scenario():
+        clock = ManualClock()
+        broker = FakeBroker(clock, TOPIC, PARTITIONS, {})
+        topic = CoordinatorTopic(TOPIC, PARTITIONS, 1, load_buffer_bytes=200, commit_timeout_ms=5000)
+        runtime = CoordinatorRuntime(broker, topic, KvShard, name="kv")
+        runtime.start()
+        assert runtime.load_times_ms() == []
+        partition = broker.replica_manager.partitions.setdefault(0, FakePartition())
+        partition.log.append(build_batch([(b"a", b"1")]))
+        partition.commit_to(0)  # the record is not committed yet: the load waits for the high watermark
+        broker.replica_manager.lead(0)
+        await until(lambda: partition.waiters, "the load to wait for the high watermark")
+        clock.advance(250)
+        partition.commit_to(None)
+        await until(lambda: runtime.is_active(0), "the load")
+        broker.replica_manager.lead(1)
+        await until(lambda: runtime.is_active(1), "the second load")
+        assert sorted(runtime.load_times_ms()) == [0, 250]
+        clock.advance(LOAD_TIME_WINDOW_MS - 1)
+        assert sorted(runtime.load_times_ms()) == [0, 250]
+        clock.advance(1)
+        assert runtime.load_times_ms() == []
         await runtime.stop()
 
     run(scenario())

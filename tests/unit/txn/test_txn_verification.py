@@ -190,6 +190,29 @@ def test_failures_of_the_request_itself() -> None:
     run(scenario())
 
 
+def test_verifications_are_timed_through_the_clock_and_unverified_partitions_counted() -> None:
+    async def scenario():
+        broker, verifier, client = make(LEADERS)
+        here, there = tid_led_by(LEADERS, HERE), tid_led_by(LEADERS, THERE)
+        broker.local_answers[here] = E.none
+        assert await verifier.verify(here, 1, 0, [TP], generic_errors=True) == {}  # answered in process: 0 ms
+        client.gate.clear()
+        client.answers[there] = E.invalid_txn_state
+        remote = asyncio.create_task(verifier.verify(there, 2, 0, [TP, ("orders", 1)], generic_errors=True))
+        await client.arrived.wait()
+        broker.clock.advance(40)
+        client.gate.set()
+        assert await remote == {TP: E.invalid_txn_state, ("orders", 1): E.invalid_txn_state}
+        stats = verifier.stats
+        assert (stats.count, stats.sum_ms, stats.max_ms, stats.failures) == (2, 40, 40, 2)
+        assert stats.buckets[:6] == [1, 0, 0, 0, 0, 1]  # 0 ms <= 1 ms; 25 ms < 40 ms <= 50 ms
+        _, unreachable, _ = make({0: -1, 1: -1, 2: -1, 3: -1})  # no coordinator: failed, never asked or timed
+        await unreachable.verify(there, 1, 0, [TP], generic_errors=True)
+        assert (unreachable.stats.count, unreachable.stats.failures) == (0, 1)
+
+    run(scenario())
+
+
 def test_what_produce_answers_for_each_verification_error() -> None:
     assert produce_error(E.invalid_txn_state).error_code == E.invalid_txn_state
     for retriable in (E.concurrent_transactions, E.network_exception, E.coordinator_load_in_progress,
