@@ -1,7 +1,7 @@
 """Publishing audit entries to each cluster's audit topic (`settings.CONSOLE_AUDIT_TOPIC`).
 
-The topic is created on first use with one partition (a single ordered trail), `cleanup.policy=delete` and
-90 days' retention, never compacted. Each record's key is the cluster's name, its value the entry's JSON
+The topic is created on first use with one partition (a single ordered trail), the cluster's
+`default.replication.factor`, `cleanup.policy=delete` and 90 days' retention, never compacted. Each record's key is the cluster's name, its value the entry's JSON
 (`AuditEntry.as_record`). An entry is marked published only after the broker acknowledged it, so a failure
 leaves it for the periodic sweep; a sweep after a lost acknowledgement may publish an entry twice, and the
 entry's `id` tells duplicates apart.
@@ -31,9 +31,10 @@ def ensure_audit_topic(cluster: Cluster) -> str:
     client = client_for(cluster)
     topic = settings.CONSOLE_AUDIT_TOPIC
     if topic not in client.metadata().topics:
-        replication = min(3, len(client.metadata().brokers))
+        # -1: the cluster's default.replication.factor (KIP-464). While fewer brokers are up the creation fails
+        # and the entries wait for the sweep, rather than the trail keeping the few replicas visible right now.
         try:
-            client.create_topic(topic, 1, replication, AUDIT_TOPIC_CONFIGS, validate_only=False)
+            client.create_topic(topic, 1, -1, AUDIT_TOPIC_CONFIGS, validate_only=False)
         except Conflict:
             pass  # created meanwhile
     return topic

@@ -309,6 +309,14 @@ class ClusterClient:
         self._metadata = Metadata(md.cluster_id, md.controller_id, brokers, topics)
         return self._metadata
 
+    def topic(self, name: str) -> TopicInfo:
+        """The topic from the cached metadata, fetched afresh once if the cache does not know it: a topic just
+        created elsewhere (another client, another console process) is found rather than answered 404."""
+        cached = self.metadata()
+        if name in cached.topics:
+            return cached.topics[name]
+        return self.metadata(max_age_s=0).topic(name)
+
     def invalidate(self) -> None:
         self._metadata = None
 
@@ -336,7 +344,7 @@ class ClusterClient:
         return _config_rows(entries)
 
     def topic_configs(self, topic: str) -> list[ConfigRow]:
-        self.metadata().topic(topic)
+        self.topic(topic)
         return self._describe_configs(
             ConfigResource(ResourceType.TOPIC, topic), f"configs of topic {topic!r}"
         )

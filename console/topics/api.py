@@ -193,7 +193,7 @@ class TopicDetailView(APIView):
     @extend_schema(responses=TopicDetailOut)
     def get(self, request, cluster_id: int, topic: str):
         cluster = cluster_or_404(cluster_id)
-        info = client_for(cluster).metadata().topic(topic)
+        info = client_for(cluster).topic(topic)
         rows, _ = selectors.partition_rows(cluster, info)
         body = TopicOut(
             selectors.TopicRow(
@@ -244,7 +244,7 @@ class TopicPartitionsView(APIView):
     @extend_schema(responses=PartitionOut(many=True))
     def get(self, request, cluster_id: int, topic: str):
         cluster = cluster_or_404(cluster_id)
-        rows, _ = selectors.partition_rows(cluster, client_for(cluster).metadata().topic(topic))
+        rows, _ = selectors.partition_rows(cluster, client_for(cluster).topic(topic))
         return Response(PartitionOut(rows, many=True).data)
 
     @extend_schema(request=AddPartitionsIn, responses=PartitionOut(many=True))

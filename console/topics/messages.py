@@ -76,7 +76,7 @@ def browse(
     time_limit_s = max(0.1, min(time_limit_s, MAX_TIME_LIMIT_S))
     started = time.monotonic()
     client = client_for(cluster)
-    info = client.metadata().topic(topic)
+    info = client.topic(topic)
     all_partitions = [p.partition for p in info.partitions]
     if partition is not None and partition not in all_partitions:
         raise Invalid(f"topic {topic!r} has no partition {partition}", field="partition")
@@ -236,7 +236,7 @@ def produce(
 ) -> tuple[int, int]:
     """Produce one record and wait for its acknowledgement: (partition, offset)."""
     client = client_for(cluster)
-    info = client.metadata().topic(topic)
+    info = client.topic(topic)
     if partition is not None and partition not in {p.partition for p in info.partitions}:
         raise Invalid(f"topic {topic!r} has no partition {partition}", field="partition")
     outcome: dict = {}

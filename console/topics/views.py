@@ -105,7 +105,7 @@ def topic_create(request, cluster):
 
 
 def _topic_context(cluster, topic: str, tab: str) -> dict:
-    info = client_for(cluster).metadata().topic(topic)
+    info = client_for(cluster).topic(topic)
     return {"topic": info, "tab": tab, "nav": "topics"}
 
 

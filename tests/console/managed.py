@@ -22,10 +22,11 @@ import pytest
 
 from tests.console.conftest import REPO, wait_for
 
-#: The operations tests' clusters: one replica by default (see `managed_fixture`), and no automatic preferred
-#: leader election (the controller's first check runs 5 s after it starts, and would race the console's own).
+#: The operations tests' clusters: three replicas by default (the audit topic's, as deploy/cluster.properties),
+#: one for the consumer offsets (see `managed_fixture`), and no automatic preferred leader election (the
+#: controller's first check runs 5 s after it starts, and would race the console's own).
 OPERATIONS_TEST_DEFAULTS = {
-    "default.replication.factor": "1", "offsets.topic.replication.factor": "1", "min.insync.replicas": "1",
+    "default.replication.factor": "3", "offsets.topic.replication.factor": "1", "min.insync.replicas": "1",
     "auto.leader.rebalance.enable": "false",
 }  # fmt: skip
 
@@ -246,9 +247,10 @@ def managed_fixture(settings, tmp_path, zookeeper, redis_url, transactional_db, 
     class Managed:
         def __init__(self):
             self.supervisor = supervisor
-            # The operations' plans are checked partition by partition: topics the tests do not create (consumer
-            # offsets, the audit topic) keep one replica, and one-replica topics take acks=all writes, rather than
-            # deploy/cluster.properties' replicated defaults.
+            # The operations' plans are checked partition by partition: the consumer offsets keep one replica,
+            # the audit topic takes the default three (on every broker: a broker's failover leaves it waiting for
+            # a third live broker, its decommission needs a fourth), and min.insync.replicas=1 lets acks=all
+            # writes through with a broker down.
             self.cluster = provision(
                 api("alice"),
                 f"o-{uuid.uuid4().hex[:6]}",

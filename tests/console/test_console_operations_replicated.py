@@ -86,6 +86,22 @@ def in_sync(cluster, topic: str) -> dict[int, tuple[list[int], list[int]]]:
     return {p.partition: (list(p.replicas), sorted(p.isr)) for p in md.topic(topic).partitions}
 
 
+def test_the_audit_topic_takes_the_clusters_default_replication_factor(managed):
+    """Not the brokers visible at the time (one, while a cluster starts): the topic's creation asks for the
+    cluster's default.replication.factor, three here (OPERATIONS_TEST_DEFAULTS), on every broker."""
+    from django.conf import settings
+
+    from console.audit.models import AuditEntry
+    from console.audit.tasks import publish
+
+    cluster = managed.cluster
+    pending = list(AuditEntry.objects.filter(cluster=cluster, published_at__isnull=True))
+    assert pending, "provisioning the cluster was audited"
+    assert publish(cluster, pending) == len(pending)
+    audit = client_for(cluster).metadata(max_age_s=0).topic(settings.CONSOLE_AUDIT_TOPIC)
+    assert [sorted(p.replicas) for p in audit.partitions] == [[0, 1, 2]]
+
+
 def test_reassignment_under_producer_load_loses_and_duplicates_nothing(managed, api):
     managed.worker()
     cluster = managed.cluster

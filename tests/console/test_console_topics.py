@@ -117,6 +117,24 @@ def test_topic_detail_shows_partitions_offsets_and_sizes(victor_client, cluster,
     assert victor_client.get(f"/clusters/{cluster.pk}/topics/no-such-topic/").status_code == 404
 
 
+def test_a_topic_created_elsewhere_is_found_despite_the_cached_metadata(victor_client, api, cluster, topic_name):
+    """The console caches a cluster's metadata for a moment (METADATA_MAX_AGE_S); a topic another client just
+    created is looked up afresh on a miss rather than answered 404."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.console.conftest import wait_for
+
+    client_for(cluster).metadata(max_age_s=0)  # the cache, fresh, without the topic
+    elsewhere = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    elsewhere.create_topics([NewTopic(topic_name, 2, 1)])[topic_name].result(30)
+    wait_for(lambda: topic_name in elsewhere.list_topics(timeout=5).topics, what="the topic in metadata")
+    detail = api("victor").get(f"/api/v1/clusters/{cluster.pk}/topics/{topic_name}/")
+    assert detail.status_code == 200, detail.content
+    assert [p["partition"] for p in detail.json()["partition_details"]] == [0, 1]
+    assert victor_client.get(f"/clusters/{cluster.pk}/topics/{topic_name}/").status_code == 200
+    assert api("victor").get(f"/api/v1/clusters/{cluster.pk}/topics/{topic_name}-not/").status_code == 404
+
+
 def test_topic_configs_page_edits_and_resets(client, personas, cluster, new_topic):
     name = new_topic(configs={"retention.ms": "3600000"})
     client.force_login(personas["oscar"])

@@ -118,3 +118,24 @@ def test_a_denied_attempt_is_published_too(api, cluster, celery_worker, shared_b
     assert any(
         r["id"] == entry.pk and r["outcome"] == "denied" for r in read_audit_topic(shared_broker.bootstrap)
     )
+
+
+def test_the_audit_topic_waits_for_the_clusters_default_replication_factor(broker_factory):
+    """A cluster whose default.replication.factor exceeds the brokers up (one of two, as while a cluster starts):
+    the audit topic is not created with fewer replicas; the entry stays unpublished for the sweep."""
+    from console.audit.tasks import publish, publish_pending
+    from console.clusters.models import Cluster
+    from console.errors import ConsoleError
+
+    broker = broker_factory(overrides={"default.replication.factor": "2"})
+    starting = Cluster.objects.create(name="starting", bootstrap_servers=broker.bootstrap)
+    entry = AuditEntry.objects.create(
+        username="alice", source="api", cluster=starting, cluster_name="starting", action="cluster.update",
+        outcome=Outcome.OK,
+    )  # fmt: skip
+    with pytest.raises(ConsoleError, match="(?i)replication factor"):
+        publish(starting, [entry])
+    assert publish_pending() == 0
+    entry.refresh_from_db()
+    assert entry.published_at is None
+    assert settings.CONSOLE_AUDIT_TOPIC not in client_for(starting).metadata(max_age_s=0).topics
