@@ -117,7 +117,9 @@ def test_topic_detail_shows_partitions_offsets_and_sizes(victor_client, cluster,
     assert victor_client.get(f"/clusters/{cluster.pk}/topics/no-such-topic/").status_code == 404
 
 
-def test_a_topic_created_elsewhere_is_found_despite_the_cached_metadata(victor_client, api, cluster, topic_name):
+def test_a_topic_created_elsewhere_is_found_despite_the_cached_metadata(
+    victor_client, api, cluster, topic_name
+):
     """The console caches a cluster's metadata for a moment (METADATA_MAX_AGE_S); a topic another client just
     created is looked up afresh on a miss rather than answered 404."""
     from confluent_kafka.admin import AdminClient, NewTopic

@@ -133,7 +133,7 @@ def test_the_audit_topic_waits_for_the_clusters_default_replication_factor(broke
         username="alice", source="api", cluster=starting, cluster_name="starting", action="cluster.update",
         outcome=Outcome.OK,
     )  # fmt: skip
-    with pytest.raises(ConsoleError, match="(?i)replication factor"):
+    with pytest.raises(ConsoleError, match=r"(?i)replication factor"):
         publish(starting, [entry])
     assert publish_pending() == 0
     entry.refresh_from_db()
