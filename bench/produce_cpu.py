@@ -124,17 +124,7 @@ def produce_run(broker: TreeBroker, topic: str, records: int, cap_s: float) -> d
     p.poll(0.25)  # a statistics callback: the requests so far
     requests_before = produce_requests[0]
     cpu0, t0 = broker.cpu(), time.perf_counter()
-    sent = 0
-    while sent < records:
-        try:
-            p.produce(topic, payload, on_delivery=on_error)
-            sent += 1
-        except BufferError:
-            p.poll(0.001)
-        if sent & 0x3FFF == 0:
-            p.poll(0)
-            if time.perf_counter() - t0 > cap_s:
-                break
+    sent = run.produce_flat_out(p, topic, payload, records, t0 + cap_s, on_error)
     remaining = p.flush(60)
     elapsed = time.perf_counter() - t0
     cpu = broker.cpu() - cpu0

@@ -348,6 +348,24 @@ def percentile(sorted_values: list[float], q: float) -> float:
 # scenarios
 
 
+def produce_flat_out(producer, topic: str, payload: bytes, records: int, until: float, on_delivery) -> int:
+    """Produce `records` copies of `payload` as fast as the producer takes them (waiting only when its queue is
+    full), stopping early at perf_counter `until`; returns how many were queued (flush to deliver them)."""
+    sent = 0
+    produce = producer.produce
+    while sent < records:
+        try:
+            produce(topic, payload, on_delivery=on_delivery)
+            sent += 1
+        except BufferError:
+            producer.poll(0.001)
+        if sent & 0x3FFF == 0:
+            producer.poll(0)
+            if time.perf_counter() > until:
+                break
+    return sent
+
+
 def produce_once(broker: Broker, topic: str, size: int, records: int, cap_s: float) -> dict[str, Any]:
     from confluent_kafka import Producer
 
@@ -372,18 +390,7 @@ def produce_once(broker: Broker, topic: str, size: int, records: int, cap_s: flo
     p.flush(30)
     cpu_b0, cpu_c0 = broker.cpu(), self_cpu_seconds()
     t0 = time.perf_counter()
-    sent = 0
-    produce = p.produce
-    while sent < records:
-        try:
-            produce(topic, payload, on_delivery=on_error)
-            sent += 1
-        except BufferError:
-            p.poll(0.001)
-        if sent & 0x3FFF == 0:
-            p.poll(0)
-            if time.perf_counter() - t0 > cap_s:
-                break
+    sent = produce_flat_out(p, topic, payload, records, t0 + cap_s, on_error)
     remaining = p.flush(60)
     elapsed = time.perf_counter() - t0
     cpu_b, cpu_c = broker.cpu() - cpu_b0, self_cpu_seconds() - cpu_c0
