@@ -73,6 +73,16 @@ ABORT_TIMED_OUT = "abort-timed-out"  # (ABORT_TIMED_OUT,)
 EXPIRE_IDS = "expire-transactional-ids"  # (EXPIRE_IDS,)
 RETRY_COMPLETION = "retry-completion"  # (RETRY_COMPLETION, transactional_id), payload: MarkerJob
 
+# EndTxn in a state with no transaction to end: (answer to a commit, answer to an abort), as Kafka 3.9's
+# TransactionCoordinator.endTransaction (a retried EndTxn of a completed transaction succeeds).
+_END_TXN_ANSWERS = {
+    S.COMPLETE_COMMIT: (ErrorCode.none, ErrorCode.invalid_txn_state),
+    S.COMPLETE_ABORT: (ErrorCode.invalid_txn_state, ErrorCode.none),
+    S.PREPARE_COMMIT: (ErrorCode.concurrent_transactions, ErrorCode.invalid_txn_state),
+    S.PREPARE_ABORT: (ErrorCode.invalid_txn_state, ErrorCode.concurrent_transactions),
+    S.EMPTY: (ErrorCode.invalid_txn_state, ErrorCode.invalid_txn_state),
+}
+
 
 @dataclass(frozen=True, slots=True)
 class TransactionCoordinatorConfig:
@@ -573,20 +583,8 @@ class TransactionCoordinatorShard:
                 answer(ErrorCode.concurrent_transactions)
                 return
             transit = metadata.prepare(target, now_ms=self.clock.time_ms())
-        elif state is S.COMPLETE_COMMIT:
-            answer(ErrorCode.none if committed else ErrorCode.invalid_txn_state)
-            return
-        elif state is S.COMPLETE_ABORT:
-            answer(ErrorCode.invalid_txn_state if committed else ErrorCode.none)
-            return
-        elif state is S.PREPARE_COMMIT:
-            answer(ErrorCode.concurrent_transactions if committed else ErrorCode.invalid_txn_state)
-            return
-        elif state is S.PREPARE_ABORT:
-            answer(ErrorCode.invalid_txn_state if committed else ErrorCode.concurrent_transactions)
-            return
-        elif state is S.EMPTY:
-            answer(ErrorCode.invalid_txn_state)
+        elif state in _END_TXN_ANSWERS:
+            answer(_END_TXN_ANSWERS[state][0 if committed else 1])
             return
         else:
             raise RuntimeError(f"transactional id {transactional_id!r} found in state {state.display_name}")
