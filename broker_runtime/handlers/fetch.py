@@ -31,6 +31,7 @@ from broker_runtime.config import RACK_AWARE_SELECTOR
 from broker_runtime.errors import KafkaError
 from broker_runtime.handlers.context import RequestContext
 from broker_runtime.protocol.compression import CODEC_ZSTD
+from broker_runtime.protocol.fetch_response import encode_fetch_response
 from broker_runtime.protocol.messages import make
 
 _ZERO = datetime.timedelta(0)
@@ -54,10 +55,17 @@ async def handle_fetch(ctx: RequestContext, request) -> object:
         first = False
         remaining_ms = deadline - clock.monotonic_ms()
         if total_bytes >= min_bytes or had_error or remaining_ms <= 0 or not watched:
-            return response
+            return _encoded(ctx, replica_id, response)
         await broker.replica_manager.wait_for_data(watched, remaining_ms, follower=replica_id >= 0)
         if clock.monotonic_ms() >= deadline:
-            return _read_once(ctx, request, replica_id, record_fetch=False)[0]
+            return _encoded(ctx, replica_id, _read_once(ctx, request, replica_id, record_fetch=False)[0])
+
+
+def _encoded(ctx: RequestContext, replica_id: int, response):
+    """A follower's answer (every append sends one to each follower) hand-encoded where the version allows."""
+    if replica_id >= 0:
+        return encode_fetch_response(ctx.api_version, response) or response
+    return response
 
 
 def _replica_id(request) -> int:

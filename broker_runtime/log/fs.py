@@ -29,7 +29,10 @@ class FileSystem(Protocol):
         ...
 
     def close(self, handle: int) -> None: ...
-    def append(self, handle: int, data: bytes | bytearray | memoryview) -> None: ...
+    def append(self, handle: int, data: bytes | bytearray | memoryview, end: int | None = None) -> None:
+        """Write at the end of the file; `end`, when the caller knows it, saves finding it."""
+        ...
+
     def pwrite(self, handle: int, data: bytes | bytearray | memoryview, position: int) -> None: ...
     def pread(self, handle: int, size: int, position: int) -> bytes: ...
     def size(self, handle: int) -> int: ...
@@ -83,13 +86,15 @@ class RealFileSystem:
     def close(self, handle: int) -> None:
         os.close(handle)
 
-    def append(self, handle: int, data: bytes | bytearray | memoryview) -> None:
-        # No O_APPEND: on Linux it would also make pwrite append. Seeking to the end is one cheap syscall.
-        os.lseek(handle, 0, os.SEEK_END)
+    def append(self, handle: int, data: bytes | bytearray | memoryview, end: int | None = None) -> None:
+        # No O_APPEND: on Linux it would also make pwrite append. A segment knows its end (one pwrite per
+        # append); others seek to it first.
+        position = os.lseek(handle, 0, os.SEEK_END) if end is None else end
         view = memoryview(data)
-        while view:  # os.write may write less than asked (signals, full disks)
-            written = os.write(handle, view)
+        while view:  # a write may write less than asked (signals, full disks)
+            written = os.pwrite(handle, view, position)
             view = view[written:]
+            position += written
 
     def pwrite(self, handle: int, data: bytes | bytearray | memoryview, position: int) -> None:
         view = memoryview(data)
@@ -262,9 +267,11 @@ class FaultInjectingFileSystem:
     def close(self, handle: int) -> None:
         self._handles.pop(handle, None)
 
-    def append(self, handle: int, data: bytes | bytearray | memoryview) -> None:
+    def append(self, handle: int, data: bytes | bytearray | memoryview, end: int | None = None) -> None:
         data, error = self._injected_write("append", data)
         mem = self._file(handle)
+        if end is not None and end != len(mem.data):
+            raise AssertionError(f"append at {end}, but the file ends at {len(mem.data)}")
         mem.data += data
         mem.mtime_ms = self.now_ms
         if error is not None:

@@ -444,9 +444,14 @@ class PartitionLog:
 
     @_storage_operation
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> None:
-        """Append batches already stamped by the leader (a fetch response); a torn last batch is ignored."""
+        """Append batches already stamped by the leader (a fetch response); a torn last batch is ignored.
+
+        As Kafka's appendAsFollower, every batch is checked (magic, CRC, offsets following on) before any is
+        written, so that a corrupt batch is never appended, and the batches that pass go to the active segment
+        in one write (the roll decided for all of them together, as Kafka's), not one write per batch."""
         view = memoryview(records)
-        now = self.clock.time_ms()
+        headers = []
+        next_offset = self.log_end_offset
         for header in iter_headers(view):
             if header.magic != 2:
                 raise KafkaError(
@@ -457,26 +462,49 @@ class PartitionLog:
                 raise KafkaError(
                     ErrorCode.corrupt_message, f"batch at offset {header.base_offset} fails its CRC"
                 )
-            if header.base_offset < self.log_end_offset:
+            if header.base_offset < next_offset:
                 raise KafkaError(
                     ErrorCode.unknown_server_error,
-                    f"follower append at offset {header.base_offset} is below the log end {self.log_end_offset}",
+                    f"follower append at offset {header.base_offset} is below the log end {next_offset}",
                 )
-            data = view[header.position : header.position + header.size]
-            self._maybe_roll(header.size, header.max_timestamp, header.last_offset, now, header.base_offset)
-            self.segments[-1].append(
-                data,
-                [BatchInfo(0, header.size, header.base_offset, header.last_offset, header.max_timestamp)],
-            )
-            self.log_end_offset = header.next_offset
+            next_offset = header.next_offset
+            headers.append(header)
+        group: list[BatchHeader] = []
+        for header in headers:  # runs of at most segment.bytes (or one batch)
+            if group and header.position + header.size - group[0].position > self.config.segment_bytes:
+                self._append_follower_batches(view, group)
+                group = []
+            group.append(header)
+        if group:
+            self._append_follower_batches(view, group)
+
+    def _append_follower_batches(self, view: memoryview, headers: list[BatchHeader]) -> None:
+        active = self.segments[-1]
+        if len(headers) > 1 and any(len(i) + len(headers) > i.max_entries for i in (active.offset_index,
+                                                                                     active.time_index)):
+            for header in headers:  # an index nearly full: the roll is decided batch by batch
+                self._append_follower_batches(view, [header])
+            return
+        now = self.clock.time_ms()
+        first, last = headers[0], headers[-1]
+        start, end = first.position, last.position + last.size
+        self._maybe_roll(end - start, max(h.max_timestamp for h in headers), last.last_offset, now,
+                         first.base_offset)  # fmt: skip
+        segment = self.segments[-1]
+        segment.append(
+            view[start:end],
+            [BatchInfo(h.position - start, h.size, h.base_offset, h.last_offset, h.max_timestamp) for h in headers],
+        )
+        self.log_end_offset = last.next_offset
+        for header in headers:
             epoch = header.partition_leader_epoch
             if epoch > self.leader_epochs.latest_epoch():
                 self.leader_epochs.assign(epoch, header.base_offset)
             if header.is_control and header.has_producer_id:
-                self._record_marker(header, parse_marker(view, header), self.segments[-1])
+                self._record_marker(header, parse_marker(view, header), segment)
             else:
                 self._record_producer_batch(header)
-            self._after_append(header.record_count)
+        self._after_append(sum(h.record_count for h in headers))
 
     def _after_append(self, record_count: int) -> None:
         self.unflushed_messages += record_count

@@ -353,7 +353,7 @@ class LogSegment:
         offset_index, time_index = self.offset_index, self.time_index
         start = self.size
         try:
-            self.fs.append(self._handle, data)
+            self.fs.append(self._handle, data, start)
         except OSError:
             try:
                 self.fs.truncate(self._handle, start)

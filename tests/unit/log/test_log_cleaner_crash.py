@@ -29,9 +29,9 @@ class CrashingFileSystem(FaultInjectingFileSystem):
                 raise PowerCut
             self.countdown -= 1
 
-    def append(self, handle, data):
+    def append(self, handle, data, end=None):
         self._step()
-        super().append(handle, data)
+        super().append(handle, data, end)
 
     def pwrite(self, handle, data, position):
         self._step()

@@ -207,6 +207,58 @@ def test_follower_append_keeps_leader_offsets(fs, clock):
     assert follower.read(0, 1 << 20, 100, False) == data
 
 
+def _follower(fs, clock, config=None):
+    from pathlib import Path
+
+    from broker_runtime.log.partition_log import PartitionLog
+
+    fs.mkdir(Path("/data/follower"))
+    return PartitionLog.open(fs, Path("/data/follower/orders-0"), "orders", 0, config or LogConfig(), clock)
+
+
+def test_a_follower_writes_the_batches_of_a_fetch_in_one_append(fs, clock):
+    leader = open_log(fs, clock)
+    for n in (2, 3, 1, 4):
+        append(leader, n, epoch=4)
+    data = leader.read(0, 1 << 20, 100, False)
+    follower = _follower(fs, clock)
+    writes = []
+    real_append = fs.append
+    fs.append = lambda handle, chunk, end=None: (writes.append(len(chunk)), real_append(handle, chunk, end))
+    follower.append_as_follower(data)
+    assert writes == [len(data)]
+    assert follower.log_end_offset == 10
+    assert follower.read(0, 1 << 20, 100, False) == data
+    assert offsets_in(follower.read(5, 1 << 20, 100, False)) == [(5, 5), (6, 9)]
+
+
+def test_a_follower_appends_nothing_of_a_fetch_with_a_corrupt_batch(fs, clock):
+    leader = open_log(fs, clock)
+    for n in (2, 3, 1):
+        append(leader, n, epoch=4)
+    data = bytearray(leader.read(0, 1 << 20, 100, False))
+    data[-1] ^= 0xFF  # the last batch's last byte: its CRC fails
+    follower = _follower(fs, clock)
+    with pytest.raises(KafkaError) as failed:
+        follower.append_as_follower(data)
+    assert failed.value.error_code == ErrorCode.corrupt_message
+    assert follower.log_end_offset == 0
+    assert follower.size_bytes() == 0
+
+
+def test_a_follower_fetch_larger_than_a_segment_rolls_between_batches(fs, clock):
+    leader = open_log(fs, clock)
+    for _ in range(6):
+        append(leader, 3, epoch=4)
+    data = leader.read(0, 1 << 20, 100, False)
+    batch_size = len(data) // 6
+    follower = _follower(fs, clock, LogConfig(segment_bytes=2 * batch_size))
+    follower.append_as_follower(data)
+    assert follower.log_end_offset == 18
+    assert [s.base_offset for s in follower.segments] == [0, 6, 12]
+    assert follower.read(0, 1 << 20, 100, False) == data
+
+
 def test_make_batch_helper_is_valid():
     batch = make_batch(3)
     assert read_header(batch).record_count == 3
