@@ -228,6 +228,8 @@ class Partition:
 
     def wake_append_waiters(self) -> None:
         """New data at the log end: followers' fetches may go on (consumers wait for the high watermark)."""
+        if not self._append_waiters:  # the usual case at RF 1, and while followers' fetches are out
+            return
         waiters, self._append_waiters = self._append_waiters, set()
         for future in waiters:
             if not future.done():
@@ -235,6 +237,8 @@ class Partition:
 
     def wake_waiters(self) -> None:
         self.wake_append_waiters()
+        if not self._waiters:
+            return
         waiters, self._waiters = self._waiters, set()
         for future in waiters:
             if not future.done():
