@@ -100,7 +100,7 @@ def produce_run(cluster: TreeCluster, topic: str, acks: str, records: int, cap_s
     p.flush(30)
     failed[0] = 0
     payload, sent = b"x" * 1024, 0
-    cpu0, t0 = cluster.cpu(), time.perf_counter()
+    cpu0, own0, t0 = cluster.cpu(), run.proc_cpu_seconds(os.getpid()), time.perf_counter()
     while sent < records and time.perf_counter() - t0 < cap_s:
         try:
             p.produce(topic, payload, on_delivery=on_error)
@@ -111,10 +111,11 @@ def produce_run(cluster: TreeCluster, topic: str, acks: str, records: int, cap_s
             p.poll(0)
     remaining = p.flush(120)
     elapsed = time.perf_counter() - t0
-    cpu = cluster.cpu() - cpu0
+    cpu, own = cluster.cpu() - cpu0, run.proc_cpu_seconds(os.getpid()) - own0
     delivered = sent - remaining - failed[0]
     return {"records": delivered, "seconds": elapsed, "records_per_s": delivered / elapsed, "brokers_cpu_s": cpu,
-            "cpu_s_per_million": cpu / delivered * 1e6}  # fmt: skip
+            "cpu_s_per_million": cpu / delivered * 1e6, "brokers_cores": cpu / elapsed,
+            "producer_cpu_s_per_million": own / delivered * 1e6}  # fmt: skip
 
 
 def git_describe(tree: Path) -> str:
@@ -167,7 +168,8 @@ def main() -> None:
                     r = produce_run(clusters[label], topic, acks, args.records, args.cap_s)
                     samples[label][kind].append(r)
                     cluster_bench.log(f"{label} {kind} run {i + 1}: {r['cpu_s_per_million']:.2f} CPU-s/M, "
-                                      f"{r['records_per_s'] / 1000:.0f}k rec/s")  # fmt: skip
+                                      f"{r['records_per_s'] / 1000:.0f}k rec/s, brokers {r['brokers_cores']:.2f} "
+                                      f"cores, producer {r['producer_cpu_s_per_million']:.2f} CPU-s/M")  # fmt: skip
     finally:
         for spy in spies:
             spy.send_signal(signal.SIGINT)
@@ -178,8 +180,8 @@ def main() -> None:
 
     summary = {}
     for label, kinds in samples.items():
-        s = {kind: {"cpu_s_per_million": run.summarize([r["cpu_s_per_million"] for r in rs]),
-                    "records_per_s": run.summarize([r["records_per_s"] for r in rs])}
+        s = {kind: {key: run.summarize([r[key] for r in rs])
+                    for key in ("cpu_s_per_million", "records_per_s", "brokers_cores", "producer_cpu_s_per_million")}
              for kind, rs in kinds.items()}  # fmt: skip
         s["commit"] = git_describe(trees[label])
         s["cpu_ratio_rf3_over_rf1"] = s["rf3_acks_all"]["cpu_s_per_million"]["median"] / s["rf1_acks_1"][
@@ -205,8 +207,8 @@ def main() -> None:
         f"1-minute load average {load_before[0]:.1f} before, {load_after[0]:.1f} after).",
         "",
         "| tree | commit | RF3 acks=all CPU-s/M | RF1 acks=1 CPU-s/M | CPU ratio | RF3 rec/s | RF1 rec/s "
-        "| rate ratio |",
-        "|---|---|---|---|---|---|---|---|",
+        "| rate ratio | brokers' cores RF3 / RF1 | producer CPU-s/M RF3 / RF1 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, s in summary.items():
         a, b = s["rf3_acks_all"], s["rf1_acks_1"]
@@ -215,7 +217,8 @@ def main() -> None:
             f"({a['cpu_s_per_million']['min']:.1f}-{a['cpu_s_per_million']['max']:.1f}) | "
             f"{b['cpu_s_per_million']['median']:.1f} | {s['cpu_ratio_rf3_over_rf1']:.2f} | "
             f"{a['records_per_s']['median'] / 1000:.0f}k | {b['records_per_s']['median'] / 1000:.0f}k | "
-            f"{s['rate_ratio_rf3_over_rf1']:.2f} |"
+            f"{s['rate_ratio_rf3_over_rf1']:.2f} | {a['brokers_cores']['median']:.2f} / {b['brokers_cores']['median']:.2f} "
+            f"| {a['producer_cpu_s_per_million']['median']:.1f} / {b['producer_cpu_s_per_million']['median']:.1f} |"
         )
     (run.RESULTS / "replication-cpu-latest.md").write_text("\n".join(lines) + "\n")
     cluster_bench.log(f"results in {run.RESULTS / 'replication-cpu-latest.md'}")
