@@ -6,22 +6,17 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from kio.index import load_entity_module, load_request_schema
+from kio.index import load_entity_module
 from kio.schema.errors import ErrorCode as E
 from kio.static.constants import EntityType
 
 from broker_runtime.group.records import OFFSETS_TOPIC
 from broker_runtime.protocol.apis import ApiKey
-
-
-def build(api_key: int, version: int, **values):
-    """A request of `version`, keeping only the fields that version has."""
-    cls = load_request_schema(api_key, version)
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
+from broker_runtime.tools.admin_client import build_request as build
 
 
 def nested(api: str, version: int, cls_name: str, **values):
+    """A nested request struct of `version`, keeping only the fields that version has."""
     cls = getattr(load_entity_module(api, version, EntityType.request), cls_name)
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: v for k, v in values.items() if k in names})

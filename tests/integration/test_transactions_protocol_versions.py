@@ -5,13 +5,11 @@ this keeps the others honest."""
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 
 import pytest
-from kio.index import load_entity_module, load_request_schema
+from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode as E
-from kio.static.constants import EntityType
 from txn_harness import (
     _parse_describe_transactions,
     describe_transaction,
@@ -21,20 +19,10 @@ from txn_harness import (
 
 from broker_runtime.handlers.transactions import TRANSACTION_API_VERSIONS
 from broker_runtime.protocol.apis import ApiKey
+from broker_runtime.tools.admin_client import build_request as build
+from tests.integration.group_txn_raw import nested
 
 TXN_OVERRIDES = {"transaction.state.log.num.partitions": "3", "num.partitions": "2"}
-
-
-def build(api_key: int, version: int, **values):
-    cls = load_request_schema(api_key, version)
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
-def nested(api: str, version: int, cls_name: str, **values):
-    cls = getattr(load_entity_module(api, version, EntityType.request), cls_name)
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
 
 
 def versions(api_key: int) -> list[int]:

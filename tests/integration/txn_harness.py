@@ -3,7 +3,6 @@ transaction coordinator what it holds (DescribeTransactions, spoken raw)."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import os
 import signal
@@ -26,7 +25,9 @@ from broker_runtime.tools.admin_client import build_request
 DEADLINE_S = 60
 
 
-def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple[int, int, bytes]]:
+def read_all(
+    bootstrap: str, topic: str, isolation: str = "read_committed", deadline_s: float = DEADLINE_S
+) -> list[tuple[int, int, bytes]]:
     """(partition, offset, value) of every record a consumer with `isolation` reads up to the partitions' ends
     (the last stable offset for read_committed)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -40,7 +41,7 @@ def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> l
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         at_end: set[int] = set()
         got = []
-        deadline = time.monotonic() + DEADLINE_S
+        deadline = time.monotonic() + deadline_s
         while at_end != set(partitions):
             assert time.monotonic() < deadline, f"{topic}: only partitions {at_end} reached their end"
             message = consumer.poll(0.5)
@@ -152,12 +153,6 @@ def wait_for_state(broker, raw, transactional_id: str, wanted: str):
         time.sleep(0.1)
 
 
-def build(api_key: int, version: int, **values):
-    cls = load_request_schema(api_key, version)
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
 def ms(n: int):
     return i32Timedelta.parse(datetime.timedelta(milliseconds=n))
 
@@ -165,7 +160,7 @@ def ms(n: int):
 def find_transaction_coordinator(client, transactional_id: str, version: int = 4):
     deadline = time.monotonic() + 30  # __transaction_state is created and loaded in the background meanwhile
     while True:
-        found = client.call(build(
+        found = client.call(build_request(
             ApiKey.FIND_COORDINATOR, version, key=transactional_id, key_type=1, coordinator_keys=(transactional_id,)
         ))  # fmt: skip
         coordinator = found.coordinators[0] if version >= 4 else found
@@ -182,7 +177,7 @@ def init_producer_id(
 ):
     deadline = time.monotonic() + 30
     while True:
-        response = client.call(build(
+        response = client.call(build_request(
             ApiKey.INIT_PRODUCER_ID, version, transactional_id=transactional_id, transaction_timeout=ms(timeout_ms),
             producer_id=pid, producer_epoch=epoch,
         ))  # fmt: skip

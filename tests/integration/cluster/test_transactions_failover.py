@@ -18,6 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import pytest
+from txn_harness import read_all
 
 from broker_runtime.protocol.apis import ApiKey
 from broker_runtime.tools.admin_client import build_request
@@ -126,30 +127,9 @@ class TransactionalWriter:
 
 
 def read_committed(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"checker-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-        "isolation.level": "read_committed", "enable.partition.eof": True,
-    })  # fmt: skip
     got: dict[int, list[bytes]] = defaultdict(list)
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        at_end: set[int] = set()
-        deadline = time.monotonic() + DEADLINE_S
-        while at_end != set(range(PARTITIONS)):
-            assert time.monotonic() < deadline, f"only partitions {sorted(at_end)} reached their end"
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            if message.error():
-                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                at_end.add(message.partition())
-                continue
-            at_end.discard(message.partition())
-            got[message.partition()].append(message.value())
-    finally:
-        consumer.close()
+    for partition, _, value in read_all(bootstrap, topic, deadline_s=DEADLINE_S):
+        got[partition].append(value)
     return got
 
 
