@@ -40,7 +40,8 @@ _LAST_OFFSET_DELTA = struct.Struct(">i")  # at byte 23 of a batch
 _NO_TOPIC_ID = uuid.UUID(int=0)
 READ_COMMITTED = 1
 TOPIC_IDS_SINCE = 13  # Fetch v13+ names topics by id (KIP-516)
-FROM_FOLLOWERS_SINCE = 11  # Fetch v11+ from a consumer may be served by a follower, which reads to its own HW (KIP-392)
+# Fetch v11+ from a consumer may be served by a follower, which reads to its own HW (KIP-392).
+FROM_FOLLOWERS_SINCE = 11
 
 
 async def handle_fetch(ctx: RequestContext, request) -> object:
@@ -76,7 +77,9 @@ def _replica_id(request) -> int:
     return getattr(request, "replica_id", -1)
 
 
-def _preferred_read_replica(ctx: RequestContext, request, replica_id: int, partition, fetch_offset: int) -> int | None:
+def _preferred_read_replica(
+    ctx: RequestContext, request, replica_id: int, partition, fetch_offset: int
+) -> int | None:
     """KIP-392: as leader with the rack-aware replica.selector.class, the in-sync follower in the consumer's
     client.rack it should fetch from instead of us (None: read here)."""
     broker = ctx.broker

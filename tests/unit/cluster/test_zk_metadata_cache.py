@@ -17,8 +17,11 @@ TOPIC_ID = uuid.uuid4()
 def _broker(broker_id: int) -> ib.UpdateMetadataBroker:
     return ib.UpdateMetadataBroker(
         id=broker_id,
-        endpoints=(ib.UpdateMetadataEndpoint(port=9092 + broker_id, host="127.0.0.1", listener="PLAINTEXT",
-                                             security_protocol=0),),  # fmt: skip
+        endpoints=(
+            ib.UpdateMetadataEndpoint(
+                port=9092 + broker_id, host="127.0.0.1", listener="PLAINTEXT", security_protocol=0
+            ),
+        ),
     )
 
 
