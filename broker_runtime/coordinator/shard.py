@@ -19,6 +19,8 @@ from typing import Generic, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.coordinator.timers import Timer, TimerQueue
+
 T = TypeVar("T")
 
 NO_PRODUCER_ID = -1
@@ -88,6 +90,34 @@ class Shard(Protocol):
 
     def poll_timers(self) -> int:
         """Fire the timers that are due; how many fired."""
+
+
+class ShardBase:
+    """What every shard does alike for its runtime: hands over the appends it queued and fires its due timers
+    (one at a time, in `_on_timer`)."""
+
+    def __init__(self, clock) -> None:
+        self.clock = clock
+        self.timers = TimerQueue()
+        self._appends: list[Append] = []
+
+    def take_appends(self) -> list[Append]:
+        appends, self._appends = self._appends, []
+        return appends
+
+    def next_deadline(self) -> int | None:
+        return self.timers.next_deadline()
+
+    def poll_timers(self) -> int:
+        """Fire every timer that is due; returns how many fired."""
+        fired = 0
+        while (timer := self.timers.pop_due(self.clock.monotonic_ms())) is not None:
+            fired += 1
+            self._on_timer(timer)
+        return fired
+
+    def _on_timer(self, timer: Timer) -> None:
+        raise NotImplementedError
 
 
 class Reply(Generic[T]):

@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from broker_runtime.coordinator.shard import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Append, Record
-from broker_runtime.coordinator.timers import TimerQueue
+from broker_runtime.coordinator.shard import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Append, Record, ShardBase
+from broker_runtime.coordinator.timers import Timer
 from broker_runtime.group.api import (
     GroupDescription,
     GroupOverview,
@@ -99,13 +99,11 @@ class _LoadBuffer:
     pending_txn: dict[int, dict[bytes, tuple[bytes | None, int, int | None]]] = field(default_factory=dict)
 
 
-class GroupCoordinatorShard:
+class GroupCoordinatorShard(ShardBase):
     def __init__(self, partition: int, config: GroupCoordinatorConfig, clock) -> None:
+        super().__init__(clock)
         self.partition = partition
         self.config = config
-        self.clock = clock
-        self.timers = TimerQueue()
-        self._appends: list[Append] = []
         self._load: _LoadBuffer | None = _LoadBuffer()
         self.group_manager = GroupMetadataManager(partition, config, clock, self.timers, self._write)
         self.offset_manager = OffsetMetadataManager(partition, config, clock, self.group_manager, self._write)
@@ -136,26 +134,12 @@ class GroupCoordinatorShard:
     def loading(self) -> bool:
         return self._load is not None
 
-    def take_appends(self) -> list[Append]:
-        appends, self._appends = self._appends, []
-        return appends
-
-    def next_deadline(self) -> int | None:
-        return self.timers.next_deadline()
-
-    def poll_timers(self) -> int:
-        """Fire every timer that is due; returns how many fired."""
-        fired = 0
-        while True:
-            timer = self.timers.pop_due(self.clock.monotonic_ms())
-            if timer is None:
-                return fired
-            fired += 1
-            if timer.key[0] == OFFSETS_EXPIRY:
-                self.expire_offsets()
-                self._schedule_offsets_expiry()
-            else:
-                self.group_manager.on_timer(timer)
+    def _on_timer(self, timer: Timer) -> None:
+        if timer.key[0] == OFFSETS_EXPIRY:
+            self.expire_offsets()
+            self._schedule_offsets_expiry()
+        else:
+            self.group_manager.on_timer(timer)
 
     def replay(
         self,

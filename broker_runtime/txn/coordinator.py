@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from broker_runtime.coordinator.shard import Append, Reply
-from broker_runtime.coordinator.timers import Timer, TimerQueue
+from broker_runtime.coordinator.shard import Append, Reply, ShardBase
+from broker_runtime.coordinator.timers import Timer
 from broker_runtime.errors import KafkaError
 from broker_runtime.txn.records import (
     RecordFormatError,
@@ -236,17 +236,15 @@ def _append_error(error: ErrorCode) -> ErrorCode:
     return error
 
 
-class TransactionCoordinatorShard:
+class TransactionCoordinatorShard(ShardBase):
     def __init__(
         self, partition: int, coordinator_epoch: int, config: TransactionCoordinatorConfig, clock
     ) -> None:
+        super().__init__(clock)
         self.partition = partition
         self.coordinator_epoch = coordinator_epoch
         self.config = config
-        self.clock = clock
         self.transactions: dict[str, TransactionMetadata] = {}
-        self.timers = TimerQueue()
-        self._appends: list[Append] = []
         self._marker_jobs: list[MarkerJob] = []
         # Called with each job as it is queued (the runtime's marker sender); without one, jobs wait in
         # take_marker_jobs().
@@ -261,24 +259,9 @@ class TransactionCoordinatorShard:
     def loading(self) -> bool:
         return self._loading
 
-    def take_appends(self) -> list[Append]:
-        appends, self._appends = self._appends, []
-        return appends
-
     def take_marker_jobs(self) -> list[MarkerJob]:
         jobs, self._marker_jobs = self._marker_jobs, []
         return jobs
-
-    def next_deadline(self) -> int | None:
-        return self.timers.next_deadline()
-
-    def poll_timers(self) -> int:
-        """Fire every timer that is due; returns how many fired."""
-        fired = 0
-        while (timer := self.timers.pop_due(self.clock.monotonic_ms())) is not None:
-            fired += 1
-            self._on_timer(timer)
-        return fired
 
     def replay(
         self,
