@@ -382,6 +382,24 @@ def _new_broker(root: Path, name: str, overrides: dict[str, str] | None) -> Brok
     )
 
 
+@contextlib.contextmanager
+def _running_broker(root: Path, name: str, overrides: dict[str, str] | None) -> Iterator[BrokerProcess]:
+    """A started broker of its own (a module's or session's), stopped cleanly at the end."""
+    broker = _new_broker(root, name, overrides)
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def _live_broker(request: pytest.FixtureRequest, broker: BrokerProcess) -> BrokerProcess:
+    """A shared broker for one test: its log shown if the test fails, restarted if an earlier test left it dead
+    (and that test then fails)."""
+    _remember_broker(request, broker)
+    if not broker.alive:
+        broker.start()
+    return broker
+
+
 @pytest.fixture(scope="session")
 def _shared_broker_process(broker_logs_dir: Path) -> Iterator[BrokerProcess]:
     broker = _new_broker(broker_logs_dir, "shared", SHARED_BROKER_OVERRIDES)
@@ -394,11 +412,7 @@ def _shared_broker_process(broker_logs_dir: Path) -> Iterator[BrokerProcess]:
 @pytest.fixture
 def shared_broker(request: pytest.FixtureRequest, _shared_broker_process: BrokerProcess) -> BrokerProcess:
     """The session-wide broker; restarted if an earlier test left it dead (and that test then fails)."""
-    broker = _shared_broker_process
-    _remember_broker(request, broker)
-    if not broker.alive:
-        broker.start()
-    return broker
+    return _live_broker(request, _shared_broker_process)
 
 
 @pytest.fixture
@@ -455,6 +469,8 @@ class _Helpers:
     SHARED_AUTO_PARTITIONS = SHARED_AUTO_PARTITIONS
     new_broker = staticmethod(_new_broker)  # (root_dir, name, overrides) -> BrokerProcess, not started
     remember_broker = staticmethod(_remember_broker)  # (request, broker): show its log if the test fails
+    running_broker = staticmethod(_running_broker)  # (root_dir, name, overrides): context of a started broker
+    live_broker = staticmethod(_live_broker)  # (request, broker) -> broker, remembered and alive
 
 
 @pytest.fixture(scope="session")
@@ -492,7 +508,9 @@ def zookeeper_factory(broker_logs_dir: Path):
     made = []
 
     def factory():
-        server = ZooKeeperServer(broker_logs_dir / f"zookeeper-{len(made)}-{uuid.uuid4().hex[:6]}", free_port())
+        server = ZooKeeperServer(
+            broker_logs_dir / f"zookeeper-{len(made)}-{uuid.uuid4().hex[:6]}", free_port()
+        )
         made.append(server)
         return server.start()
 

@@ -983,19 +983,15 @@ def new_topic(request: pytest.FixtureRequest, shared_broker, helpers) -> Callabl
 def _no_autocreate_broker_process(broker_logs_dir, helpers) -> Iterator:
     if helpers.TARGET == "tansu":
         pytest.skip("Tansu always auto-creates topics")
-    broker = helpers.new_broker(broker_logs_dir, "no-autocreate", {"auto.create.topics.enable": "false"})
-    broker.start()
-    yield broker
-    broker.stop()
+    with helpers.running_broker(
+        broker_logs_dir, "no-autocreate", {"auto.create.topics.enable": "false"}
+    ) as broker:
+        yield broker
 
 
 @pytest.fixture
 def no_autocreate_broker(request: pytest.FixtureRequest, _no_autocreate_broker_process, helpers):
-    broker = _no_autocreate_broker_process
-    helpers.remember_broker(request, broker)
-    if not broker.alive:
-        broker.start()
-    return broker
+    return helpers.live_broker(request, _no_autocreate_broker_process)
 
 
 @pytest.fixture

@@ -33,10 +33,8 @@ def txn_broker(broker_logs_dir, helpers):
         "transaction.state.log.num.partitions": "3",
         "transaction.partition.verification.enable": "false",
     }
-    broker = helpers.new_broker(broker_logs_dir, "group-transactions", overrides)
-    broker.start()
-    yield broker
-    broker.stop()
+    with helpers.running_broker(broker_logs_dir, "group-transactions", overrides) as broker:
+        yield broker
 
 
 def test_transactional_offsets_stay_pending_in_every_version_and_across_a_restart(txn_broker, raw, new_topic):

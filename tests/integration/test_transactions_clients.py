@@ -28,19 +28,13 @@ TXN_BROKER_OVERRIDES = {
 
 @pytest.fixture(scope="module")
 def _txn_broker_process(broker_logs_dir, helpers):
-    broker = helpers.new_broker(broker_logs_dir, "transactions", TXN_BROKER_OVERRIDES)
-    broker.start()
-    yield broker
-    broker.stop()
+    with helpers.running_broker(broker_logs_dir, "transactions", TXN_BROKER_OVERRIDES) as broker:
+        yield broker
 
 
 @pytest.fixture
 def txn_broker(request, _txn_broker_process, helpers):
-    broker = _txn_broker_process
-    helpers.remember_broker(request, broker)
-    if not broker.alive:
-        broker.start()
-    return broker
+    return helpers.live_broker(request, _txn_broker_process)
 
 
 def new_topic(clients, bootstrap: str, partitions: int = 3) -> str:

@@ -103,10 +103,10 @@ UNVERIFIED = {"transaction.partition.verification.enable": "false"}
 
 @pytest.fixture(scope="module")
 def unverified_broker(broker_logs_dir, helpers):
-    broker = helpers.new_broker(broker_logs_dir, "txn-log-unverified", {"num.partitions": "1", **UNVERIFIED})
-    broker.start()
-    yield broker
-    broker.stop()
+    with helpers.running_broker(
+        broker_logs_dir, "txn-log-unverified", {"num.partitions": "1", **UNVERIFIED}
+    ) as broker:
+        yield broker
 
 
 @pytest.fixture

@@ -32,10 +32,8 @@ def versions(api_key: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def _txn_versions_broker(broker_logs_dir, helpers):
-    broker = helpers.new_broker(broker_logs_dir, "txn-versions", TXN_OVERRIDES)
-    broker.start()
-    yield broker
-    broker.stop()
+    with helpers.running_broker(broker_logs_dir, "txn-versions", TXN_OVERRIDES) as broker:
+        yield broker
 
 
 @pytest.fixture

@@ -29,14 +29,12 @@ SETTING = "transaction.partition.verification.enable"
 
 @pytest.fixture(scope="module")
 def verifying_broker(broker_logs_dir, helpers):
-    broker = helpers.new_broker(
+    with helpers.running_broker(
         broker_logs_dir,
         "txn-verification",
         {"transaction.state.log.num.partitions": "2", "num.partitions": "2"},
-    )
-    broker.start()
-    yield broker
-    broker.stop()
+    ) as broker:
+        yield broker
 
 
 @pytest.fixture
