@@ -61,7 +61,9 @@ log = logging.getLogger(__name__)
 # disconnected it would linger, so its JoinGroup expires after this long (Kafka's NewMemberJoinTimeoutMs).
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 
-Write = Callable[[list[Record], Callable[[ErrorCode | None], None] | None], None]
+# The shard's `_write(records, on_done=None, producer_id=..., producer_epoch=..., verification_guard=None)`:
+# queues records for the runtime to append.
+Write = Callable[..., None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,16 +107,11 @@ class GroupMetadataManager:
         self.config = config
         self.clock = clock
         self.timers = timers
-        self._write_records = write
+        self._write = write
         # --- persisted state: mutated by replay only ---
         self.group_records: dict[str, tuple[GroupMetadataValue, int]] = {}
         # --- soft state ---
         self.groups: dict[str, ClassicGroup] = {}
-
-    def _write(
-        self, records: list[Record], on_done: Callable[[ErrorCode | None], None] | None = None
-    ) -> None:
-        self._write_records(records, on_done)
 
     # ===================================================================================================
     # loading, unloading, replay

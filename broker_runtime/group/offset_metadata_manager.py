@@ -14,7 +14,7 @@ Theory of operation
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -34,7 +34,7 @@ from broker_runtime.group.api import (
 )
 from broker_runtime.group.classic_group import ClassicGroup
 from broker_runtime.group.config import GroupCoordinatorConfig
-from broker_runtime.group.group_metadata_manager import GroupMetadataManager
+from broker_runtime.group.group_metadata_manager import GroupMetadataManager, Write
 from broker_runtime.group.records import (
     CONSUMER_PROTOCOL_TYPE,
     NO_TIMESTAMP,
@@ -91,13 +91,13 @@ class OffsetMetadataManager:
         config: GroupCoordinatorConfig,
         clock,
         group_manager: GroupMetadataManager,
-        write: Callable[[list[Record], Callable[[ErrorCode | None], None] | None, int, int], None],
+        write: Write,
     ) -> None:
         self.partition = partition
         self.config = config
         self.clock = clock
         self.group_manager = group_manager
-        self._write_records = write
+        self._write = write
         # --- persisted state: mutated by replay only ---
         self.offsets: dict[str, dict[TopicPartition, OffsetEntry]] = {}
         # producer id -> (group, partition) -> (entry or None for a tombstone) of an open transaction
@@ -109,16 +109,6 @@ class OffsetMetadataManager:
     @property
     def groups(self) -> dict[str, ClassicGroup]:
         return self.group_manager.groups
-
-    def _write(
-        self,
-        records: list[Record],
-        on_done: Callable[[ErrorCode | None], None] | None = None,
-        producer_id: int = NO_PRODUCER_ID,
-        producer_epoch: int = NO_PRODUCER_EPOCH,
-        verification_guard: object | None = None,
-    ) -> None:
-        self._write_records(records, on_done, producer_id, producer_epoch, verification_guard)
 
     # ===================================================================================================
     # replay
