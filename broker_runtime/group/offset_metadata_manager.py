@@ -13,6 +13,7 @@ Theory of operation
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -213,22 +214,22 @@ class OffsetMetadataManager:
     # OffsetCommit, OffsetFetch, OffsetDelete
     # ===================================================================================================
 
+    def _group_to_commit_to(self, group_id: str, generation_id: int) -> ClassicGroup | None:
+        """The group a commit goes to; created empty for a consumer that assigns partitions itself and only
+        stores offsets here. None for a member of a generation this coordinator does not know (it must rejoin)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return None
+            group = self.groups[group_id] = ClassicGroup(group_id, state_timestamp=self.clock.time_ms())
+        return group
+
     def commit_offsets(self, args: OffsetCommitArgs) -> Reply[tuple[PartitionError, ...]]:
         reply: Reply[tuple[PartitionError, ...]] = Reply()
-
-        def fail_all(error: ErrorCode) -> Reply[tuple[PartitionError, ...]]:
-            reply.complete(tuple(PartitionError(p.topic, p.partition, error) for p in args.offsets))
-            return reply
-
-        group = self.groups.get(args.group_id)
+        fail_all = functools.partial(_fail_all, reply, args.offsets)
+        group = self._group_to_commit_to(args.group_id, args.generation_id)
         if group is None:
-            if args.generation_id >= 0:
-                # A member of a generation that this coordinator does not know: it must rejoin.
-                return fail_all(ErrorCode.illegal_generation)
-            # A consumer that assigns partitions itself and only stores offsets here.
-            group = self.groups[args.group_id] = ClassicGroup(
-                args.group_id, state_timestamp=self.clock.time_ms()
-            )
+            return fail_all(ErrorCode.illegal_generation)
         error = self._validate_commit(group, args)
         if error is not None:
             return fail_all(error)
@@ -249,11 +250,7 @@ class OffsetMetadataManager:
         transaction's marker commits or aborts them. The producer's epoch is checked by the log's producer
         state when the batch is appended (INVALID_PRODUCER_EPOCH for a fenced producer), as in Kafka."""
         reply: Reply[tuple[PartitionError, ...]] = Reply()
-
-        def fail_all(error: ErrorCode) -> Reply[tuple[PartitionError, ...]]:
-            reply.complete(tuple(PartitionError(p.topic, p.partition, error) for p in args.offsets))
-            return reply
-
+        fail_all = functools.partial(_fail_all, reply, args.offsets)
         if not args.group_id:
             return fail_all(ErrorCode.invalid_group_id)
         # Without a producer the records could only be written as a plain commit, visible at once.
@@ -261,13 +258,9 @@ class OffsetMetadataManager:
             return fail_all(ErrorCode.invalid_producer_id_mapping)
         if args.producer_epoch < 0:
             return fail_all(ErrorCode.invalid_producer_epoch)
-        group = self.groups.get(args.group_id)
+        group = self._group_to_commit_to(args.group_id, args.generation_id)
         if group is None:
-            if args.generation_id >= 0:
-                return fail_all(ErrorCode.illegal_generation)
-            group = self.groups[args.group_id] = ClassicGroup(
-                args.group_id, state_timestamp=self.clock.time_ms()
-            )
+            return fail_all(ErrorCode.illegal_generation)
         # The group's state is not enforced for transactional commits (versions before 3 carry no member).
         error = self._validate_commit(group, args, transactional=True)
         if error is not None:
@@ -505,3 +498,10 @@ class OffsetMetadataManager:
             del committed[tp]
             if not committed:
                 del self.offsets[group_id]
+
+
+def _fail_all(
+    reply: Reply[tuple[PartitionError, ...]], offsets, error: ErrorCode
+) -> Reply[tuple[PartitionError, ...]]:
+    reply.complete(tuple(PartitionError(p.topic, p.partition, error) for p in offsets))
+    return reply
