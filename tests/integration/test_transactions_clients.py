@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from txn_harness import describe_transaction, read_all, run_transactions, values, wait_for_state
+from txn_harness import describe_transaction, new_topic, read_all, run_transactions, values, wait_for_state
 
 HERE = Path(__file__).resolve().parent
 PROCESSOR = HERE / "txn_processor.py"
@@ -37,19 +37,13 @@ def txn_broker(request, _txn_broker_process, helpers):
     return helpers.live_broker(request, _txn_broker_process)
 
 
-def new_topic(clients, bootstrap: str, partitions: int = 3) -> str:
-    name = f"txn-{uuid.uuid4().hex[:10]}"
-    clients.create_topic(bootstrap, name, partitions)
-    return name
-
-
 # --- commit and abort, each client --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka", "kafkajs"])
 def test_committed_records_are_read_and_aborted_ones_are_not(client, txn_broker, clients) -> None:
     bootstrap = txn_broker.bootstrap
-    topic = new_topic(clients, bootstrap)
+    topic = new_topic(clients, bootstrap, "txn")
     tid = f"{client}-{uuid.uuid4().hex[:8]}"
     committed = [f"c{i}".encode() for i in range(6)]
     aborted = [f"a{i}".encode() for i in range(6)]
@@ -68,7 +62,7 @@ def test_a_zombie_producer_is_fenced_and_its_transaction_aborted(txn_broker, cli
     from confluent_kafka import KafkaException, Producer
 
     bootstrap = txn_broker.bootstrap
-    topic = new_topic(clients, bootstrap)
+    topic = new_topic(clients, bootstrap, "txn")
     tid = f"zombie-{uuid.uuid4().hex[:8]}"
     zombie = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
     zombie.init_transactions(30)
@@ -108,7 +102,7 @@ def test_a_transaction_open_past_its_timeout_is_aborted(txn_broker, clients, raw
     from confluent_kafka import KafkaException, Producer
 
     bootstrap = txn_broker.bootstrap
-    topic = new_topic(clients, bootstrap)
+    topic = new_topic(clients, bootstrap, "txn")
     tid = f"timeout-{uuid.uuid4().hex[:8]}"
     slow = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "transaction.timeout.ms": 1000})
     slow.init_transactions(30)

@@ -7,10 +7,8 @@ consumed offsets committed with the last committed transaction are where the res
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
-from txn_harness import check_exactly_once_across_a_killed_processor
+from txn_harness import check_exactly_once_across_a_killed_processor, new_topic
 
 EOS_BROKER_OVERRIDES = {
     "num.partitions": "3",
@@ -31,17 +29,16 @@ def eos_broker(request, _eos_broker_process, helpers):
     return helpers.live_broker(request, _eos_broker_process)
 
 
-def new_topic(clients, bootstrap: str, partitions: int = 3) -> str:
-    name = f"eos-{uuid.uuid4().hex[:10]}"
-    clients.create_topic(bootstrap, name, partitions)
-    return name
-
-
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])
 def test_exactly_once_read_process_write_across_a_killed_processor(
     client, eos_broker, clients, tmp_path
 ) -> None:
     bootstrap = eos_broker.bootstrap
     check_exactly_once_across_a_killed_processor(
-        client, bootstrap, new_topic(clients, bootstrap), new_topic(clients, bootstrap), clients, tmp_path
+        client,
+        bootstrap,
+        new_topic(clients, bootstrap, "eos"),
+        new_topic(clients, bootstrap, "eos"),
+        clients,
+        tmp_path,
     )

@@ -25,6 +25,13 @@ from broker_runtime.tools.admin_client import build_request
 DEADLINE_S = 60
 
 
+def new_topic(clients, bootstrap: str, prefix: str, partitions: int = 3) -> str:
+    """A topic of its own for one test, `partitions` partitions."""
+    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    clients.create_topic(bootstrap, name, partitions)
+    return name
+
+
 def read_all(
     bootstrap: str, topic: str, isolation: str = "read_committed", deadline_s: float = DEADLINE_S
 ) -> list[tuple[int, int, bytes]]:
