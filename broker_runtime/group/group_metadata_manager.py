@@ -18,6 +18,7 @@ or retire groups; the shard (`coordinator.py`) composes the two.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -378,18 +379,7 @@ class GroupMetadataManager:
                 elif member.supports_skipping_assignment:
                     is_leader = group.is_leader(new_member_id)
                     result = self._join_result(group, member, include_members=is_leader)
-                    member.complete_join(
-                        JoinGroupResult(
-                            error=result.error,
-                            member_id=result.member_id,
-                            generation_id=result.generation_id,
-                            protocol_type=result.protocol_type,
-                            protocol_name=result.protocol_name,
-                            leader=result.leader,
-                            skip_assignment=is_leader,
-                            members=result.members,
-                        )
-                    )
+                    member.complete_join(dataclasses.replace(result, skip_assignment=is_leader))
                 else:
                     # Report the old leader id: a restarted leader must not think it leads and reassign, since a
                     # Stable group would not distribute that assignment.
