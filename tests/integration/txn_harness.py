@@ -20,6 +20,7 @@ from kio.static.primitive import Records, i32Timedelta
 
 from broker_runtime.protocol.apis import ApiKey
 from broker_runtime.protocol.records import build_batch
+from broker_runtime.protocol.varint import read_uvarint
 from broker_runtime.tools.admin_client import build_request
 
 DEADLINE_S = 60
@@ -87,14 +88,8 @@ def _parse_describe_transactions(frame: bytes) -> list[DescribedTransaction]:
 
     def uvarint() -> int:
         nonlocal pos
-        shift = value = 0
-        while True:
-            byte = frame[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
+        value, pos = read_uvarint(frame, pos)
+        return value
 
     def fixed(fmt: str) -> int:
         nonlocal pos
