@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cluster_bench  # noqa: E402
-import run  # noqa: E402
+import cluster_bench
+import run
 
-from deploy.zookeeper import ZooKeeperServer  # noqa: E402
+from deploy.zookeeper import ZooKeeperServer
 
 REPO = run.REPO
 KINDS = {"rf3_acks_all": ("bench-cpu-rf3", "all"), "rf1_acks_1": ("bench-cpu-rf1", "1")}
@@ -127,6 +127,7 @@ def git_describe(tree: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", type=Path, required=True, help="checkout of the commit to compare with")
+    parser.add_argument("--baseline-name", help="what the baseline is (a commit), when its checkout has no git")
     parser.add_argument("--runs", type=int, default=3, help="measured runs per tree and kind (after a warm-up)")
     parser.add_argument("--records", type=int, default=200_000, help="records per run")
     parser.add_argument("--cap-s", type=float, default=10.0, help="time cap per run")
@@ -183,12 +184,17 @@ def main() -> None:
         s = {kind: {key: run.summarize([r[key] for r in rs])
                     for key in ("cpu_s_per_million", "records_per_s", "brokers_cores", "producer_cpu_s_per_million")}
              for kind, rs in kinds.items()}  # fmt: skip
-        s["commit"] = git_describe(trees[label])
+        s["commit"] = args.baseline_name if label == "baseline" and args.baseline_name else git_describe(trees[label])
         s["cpu_ratio_rf3_over_rf1"] = s["rf3_acks_all"]["cpu_s_per_million"]["median"] / s["rf1_acks_1"][
             "cpu_s_per_million"]["median"]
         s["rate_ratio_rf3_over_rf1"] = s["rf3_acks_all"]["records_per_s"]["median"] / s["rf1_acks_1"][
             "records_per_s"]["median"]
         summary[label] = s
+    # Round by round (head and baseline measured back to back), the change of head's RF3 CPU per million: the
+    # machine's load drifts between rounds far more than within one.
+    paired = [h["cpu_s_per_million"] / b["cpu_s_per_million"] - 1
+              for h, b in zip(samples["head"]["rf3_acks_all"], samples["baseline"]["rf3_acks_all"], strict=True)]
+    summary["head_rf3_cpu_change_paired"] = run.summarize(paired)
     print(json.dumps(summary, indent=2))
     if args.no_save:
         return
@@ -210,7 +216,8 @@ def main() -> None:
         "| rate ratio | brokers' cores RF3 / RF1 | producer CPU-s/M RF3 / RF1 |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for label, s in summary.items():
+    for label in trees:
+        s = summary[label]
         a, b = s["rf3_acks_all"], s["rf1_acks_1"]
         lines.append(
             f"| {label} | {s['commit']} | {a['cpu_s_per_million']['median']:.1f} "
@@ -220,6 +227,9 @@ def main() -> None:
             f"{s['rate_ratio_rf3_over_rf1']:.2f} | {a['brokers_cores']['median']:.2f} / {b['brokers_cores']['median']:.2f} "
             f"| {a['producer_cpu_s_per_million']['median']:.1f} / {b['producer_cpu_s_per_million']['median']:.1f} |"
         )
+    change = summary["head_rf3_cpu_change_paired"]
+    lines += ["", f"Head's RF3 CPU per million against the baseline's of the same round: median {change['median']:+.1%} "
+              f"(rounds {change['min']:+.1%} to {change['max']:+.1%})."]
     (run.RESULTS / "replication-cpu-latest.md").write_text("\n".join(lines) + "\n")
     cluster_bench.log(f"results in {run.RESULTS / 'replication-cpu-latest.md'}")
 

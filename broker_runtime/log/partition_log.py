@@ -480,8 +480,9 @@ class PartitionLog:
 
     def _append_follower_batches(self, view: memoryview, headers: list[BatchHeader]) -> None:
         active = self.segments[-1]
-        if len(headers) > 1 and any(len(i) + len(headers) > i.max_entries for i in (active.offset_index,
-                                                                                     active.time_index)):
+        if len(headers) > 1 and any(
+            len(i) + len(headers) > i.max_entries for i in (active.offset_index, active.time_index)
+        ):
             for header in headers:  # an index nearly full: the roll is decided batch by batch
                 self._append_follower_batches(view, [header])
             return
@@ -493,7 +494,10 @@ class PartitionLog:
         segment = self.segments[-1]
         segment.append(
             view[start:end],
-            [BatchInfo(h.position - start, h.size, h.base_offset, h.last_offset, h.max_timestamp) for h in headers],
+            [
+                BatchInfo(h.position - start, h.size, h.base_offset, h.last_offset, h.max_timestamp)
+                for h in headers
+            ],
         )
         self.log_end_offset = last.next_offset
         for header in headers:

@@ -17,7 +17,9 @@ FIRST_VERSION, LAST_VERSION = 12, 15  # flexible, no top-level tags (v16 adds no
 TOPIC_IDS_SINCE = 13
 
 _HEAD = struct.Struct(">ihi")  # throttle time (ms), error code, session id
-_PARTITION = struct.Struct(">ihqqq")  # index, error code, high watermark, last stable offset, log start offset
+_PARTITION = struct.Struct(
+    ">ihqqq"
+)  # index, error code, high watermark, last stable offset, log start offset
 _ABORTED = struct.Struct(">qqB")  # producer id, first offset, tagged fields (none)
 _I32 = struct.Struct(">i")
 _DIVERGING = struct.Struct(">BBBiqB")  # 1 tag, tag 0, size 13, epoch, end offset, its tagged fields (none)

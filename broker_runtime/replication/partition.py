@@ -146,7 +146,9 @@ class Partition:
             return epoch, end_offset
         return None
 
-    def preferred_read_replica(self, client_rack: str, fetch_offset: int, racks: Mapping[int, str | None]) -> int:
+    def preferred_read_replica(
+        self, client_rack: str, fetch_offset: int, racks: Mapping[int, str | None]
+    ) -> int:
         """KIP-392, Kafka's RackAwareReplicaSelector: the replica a consumer in `client_rack` should fetch
         `fetch_offset` from. The leader when the consumer names no rack, when the leader is in its rack, or when no
         in-sync follower there has the offset; else the most caught-up such follower."""
