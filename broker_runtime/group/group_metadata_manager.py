@@ -83,21 +83,30 @@ SYNC = "sync"  # (SYNC, group_id), payload: the generation whose SyncGroups are 
 GROUP_TIMERS = frozenset({HEARTBEAT, PENDING_MEMBER, JOIN, SYNC})
 
 
+# Kafka's mapping of a failed append of a group's records to what the request answers; the group metadata's and
+# the offset commit's (GroupMetadataManager.maybeConvertOffsetCommitError) both start from these.
+APPEND_ERRORS = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+}
+TOO_LARGE_APPEND_ERRORS = (
+    ErrorCode.message_too_large,
+    ErrorCode.record_list_too_large,
+    ErrorCode.invalid_fetch_size,
+)
+_GROUP_APPEND_ERRORS = {
+    **APPEND_ERRORS,
+    ErrorCode.request_timed_out: ErrorCode.rebalance_in_progress,
+    **dict.fromkeys(TOO_LARGE_APPEND_ERRORS, ErrorCode.unknown_server_error),
+}
+
+
 def _group_append_error(error: ErrorCode) -> ErrorCode:
-    """Kafka's mapping of a failed GroupMetadata append to what JoinGroup/SyncGroup answer."""
-    if error in (
-        ErrorCode.unknown_topic_or_partition,
-        ErrorCode.not_enough_replicas,
-        ErrorCode.not_enough_replicas_after_append,
-    ):
-        return ErrorCode.coordinator_not_available
-    if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
-        return ErrorCode.not_coordinator
-    if error is ErrorCode.request_timed_out:
-        return ErrorCode.rebalance_in_progress
-    if error in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
-        return ErrorCode.unknown_server_error
-    return error
+    """What JoinGroup/SyncGroup answer for a failed GroupMetadata append."""
+    return _GROUP_APPEND_ERRORS.get(error, error)
 
 
 class GroupMetadataManager:

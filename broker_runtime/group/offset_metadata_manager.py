@@ -35,7 +35,12 @@ from broker_runtime.group.api import (
 )
 from broker_runtime.group.classic_group import ClassicGroup
 from broker_runtime.group.config import GroupCoordinatorConfig
-from broker_runtime.group.group_metadata_manager import GroupMetadataManager, Write
+from broker_runtime.group.group_metadata_manager import (
+    APPEND_ERRORS,
+    TOO_LARGE_APPEND_ERRORS,
+    GroupMetadataManager,
+    Write,
+)
 from broker_runtime.group.records import (
     CONSUMER_PROTOCOL_TYPE,
     NO_TIMESTAMP,
@@ -63,21 +68,16 @@ class OffsetEntry:
     record_offset: int
 
 
+_OFFSET_APPEND_ERRORS = {
+    ErrorCode.network_exception: ErrorCode.coordinator_load_in_progress,
+    **APPEND_ERRORS,
+    **dict.fromkeys(TOO_LARGE_APPEND_ERRORS, ErrorCode.invalid_commit_offset_size),
+}
+
+
 def offset_append_error(error: ErrorCode) -> ErrorCode:
     """Kafka's mapping of a failed offset-commit append (GroupMetadataManager.maybeConvertOffsetCommitError)."""
-    if error is ErrorCode.network_exception:
-        return ErrorCode.coordinator_load_in_progress
-    if error in (
-        ErrorCode.unknown_topic_or_partition,
-        ErrorCode.not_enough_replicas,
-        ErrorCode.not_enough_replicas_after_append,
-    ):
-        return ErrorCode.coordinator_not_available
-    if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
-        return ErrorCode.not_coordinator
-    if error in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
-        return ErrorCode.invalid_commit_offset_size
-    return error
+    return _OFFSET_APPEND_ERRORS.get(error, error)
 
 
 def _java_length(s: str) -> int:
