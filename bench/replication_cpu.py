@@ -21,6 +21,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -178,6 +179,7 @@ def main() -> None:
         for cluster in clusters.values():
             cluster.stop()
         zookeeper.stop()
+        shutil.rmtree(workroot, ignore_errors=True)
 
     summary = {}
     for label, kinds in samples.items():
