@@ -27,7 +27,13 @@ def test_leader_killed_moves_leadership_within_the_isr_and_it_rejoins(
     before = {p: c.partition_state(topic_name, p) for p in range(3)}
     c.brokers[victim].kill()
     survivors = set(c.brokers) - {victim}
-    view = c.wait_for_leaders(topic_name, 3, survivors)
+
+    def victim_gone():
+        # Two steps, as in Kafka: new leaders for the victim's partitions, then the victim out of every ISR.
+        view = c.wait_for_leaders(topic_name, 3, survivors)
+        return view if all(victim not in isr for _, _, isr in view.values()) else None
+
+    view = c.wait_for(victim_gone, f"broker {victim} out of every ISR of {topic_name}")
     for p, (leader, _, isr) in view.items():
         assert leader != victim and victim not in isr
         state = c.partition_state(topic_name, p)
