@@ -13,7 +13,8 @@ line; nothing else is touched.
 
 Produce, the hot path, skips the task when it can: its handler's first step runs as the request is taken, and a
 produce that appends on the event loop is answered then; one that awaits (acks=-1, a batch checked on a worker
-thread) goes on in a task from where it stopped. The answers to the requests of one read leave in one send.
+thread) goes on in a task from where it stopped. The answers to the requests of one read leave in one send, and
+so do those of handlers that finish in one loop iteration.
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class KafkaConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._reading_paused = False
         self._writing_paused = False
+        self._flush_soon = False  # a _flush_later callback is scheduled
         self._last_activity = self._clock.monotonic_ms()
         self._idle_timer: TimerHandle | None = None
         self.id = f"conn-{next(_ids)}"
@@ -291,7 +293,11 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._complete(slot, response, header)
         if more:
-            self._flush(now_ms)
+            # Handlers finishing in one loop iteration (acks=all produces that one high watermark move completes)
+            # leave in one send, made by the callback after theirs.
+            if not self._flush_soon:
+                self._flush_soon = True
+                asyncio.get_running_loop().call_soon(self._flush_later)
             # An answered request makes room for buffered ones, or lets a paused connection read again.
             if self._reading_paused or self._core.buffered:
                 self._take_requests(now_ms)
@@ -305,6 +311,10 @@ class KafkaConnection(asyncio.Protocol):
                           self.id, self.peer, _what(header))  # fmt: skip
             self._flush(self._clock.monotonic_ms())  # the requests before this one keep their answers
             self._abort()
+
+    def _flush_later(self) -> None:
+        self._flush_soon = False
+        self._flush(self._clock.monotonic_ms())
 
     def _flush(self, now_ms: int) -> None:
         out = self._core.data_to_send()
