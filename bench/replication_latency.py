@@ -64,9 +64,13 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--baseline", type=Path, required=True, help="checkout of the commit to compare with")
-    parser.add_argument("--baseline-name", help="what the baseline is (a commit), when its checkout has no git")
+    parser.add_argument(
+        "--baseline-name", help="what the baseline is (a commit), when its checkout has no git"
+    )
     parser.add_argument("--runs", type=int, default=3, help="measured rounds (after a warm-up)")
     parser.add_argument("--count", type=int, default=1000, help="records per latency run")
     parser.add_argument("--records", type=int, default=50_000, help="records per idempotent-rate run")
@@ -86,7 +90,9 @@ def main() -> None:
     try:
         zookeeper.start()
         for label, tree in trees.items():
-            cluster = clusters[label] = replication_cpu.TreeCluster(tree, workroot / label, zookeeper, f"/{label}")
+            cluster = clusters[label] = replication_cpu.TreeCluster(
+                tree, workroot / label, zookeeper, f"/{label}"
+            )
             cluster.start()
             cluster_bench.log(f"{label}: {replication_cpu.git_describe(tree)}")
             for topic, rf, min_isr in TOPICS.values():
@@ -119,7 +125,9 @@ def main() -> None:
             out[kind] = {"latency_ms": {"median": statistics.median(lat), "p90": percentile(lat, 0.9),
                                         "p99": percentile(lat, 0.99)},
                          "idempotent_rate": run.summarize(s[f"{kind}_idempotent_rate"])}  # fmt: skip
-        out["idempotent_ratio"] = out["rf3"]["idempotent_rate"]["median"] / out["rf1"]["idempotent_rate"]["median"]
+        out["idempotent_ratio"] = (
+            out["rf3"]["idempotent_rate"]["median"] / out["rf1"]["idempotent_rate"]["median"]
+        )
         summary[label] = out
     print(json.dumps(summary, indent=2))
     if args.no_save:
@@ -128,9 +136,9 @@ def main() -> None:
     load_after = os.getloadavg()
     facts = {"load_average_1m_before_after": [load_before[0], load_after[0]], "runs": args.runs,
              "latency_records_per_run": args.count, "idempotent_records_per_run": args.records}  # fmt: skip
+    rates = {label: {n: v for n, v in s.items() if "rate" in n} for label, s in samples.items()}
     (run.RESULTS / f"replication-latency-{stamp}.json").write_text(
-        json.dumps({**facts, "summary": summary, "rates": {k: {n: v for n, v in s.items() if "rate" in n}
-                                                           for k, s in samples.items()}}, indent=2)  # fmt: skip
+        json.dumps({**facts, "summary": summary, "rates": rates}, indent=2)
     )
     lines = [
         f"# Replication: acks=all latency with one request in flight, A/B ({stamp})",

@@ -141,7 +141,8 @@ class _ResponseProtocol(asyncio.Protocol):
                 end = position + 4 + size
                 if end > available:
                     break
-                with memoryview(buffer) as view:  # one copy of the frame (a slice of the bytearray is another)
+                # One copy of the frame (a slice of the bytearray would be another).
+                with memoryview(buffer) as view:
                     frame = bytes(view[position + 4 : end])
                 position = end
                 self._conn._frame_received(frame)

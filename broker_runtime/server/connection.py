@@ -14,7 +14,7 @@ line; nothing else is touched.
 Produce, the hot path, skips the task when it can: its handler's first step runs as the request is taken, and a
 produce that appends on the event loop is answered then; one that awaits (acks=-1, a batch checked on a worker
 thread) goes on in a task from where it stopped. The answers to the requests of one read leave in one send, and
-so do those of handlers that finish in one loop iteration.
+so do those of acks=all produces that finish in one loop iteration.
 """
 
 from __future__ import annotations
@@ -293,11 +293,14 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._complete(slot, response, header)
         if more:
-            # Handlers finishing in one loop iteration (acks=all produces that one high watermark move completes)
-            # leave in one send, made by the callback after theirs.
-            if not self._flush_soon:
-                self._flush_soon = True
-                asyncio.get_running_loop().call_soon(self._flush_later)
+            if header.api_key == _PRODUCE:
+                # The acks=all produces that one high watermark move completes finish in one loop iteration:
+                # their answers leave in one send, made on the next iteration.
+                if not self._flush_soon:
+                    self._flush_soon = True
+                    asyncio.get_running_loop().call_soon(self._flush_later)
+            else:
+                self._flush(now_ms)
             # An answered request makes room for buffered ones, or lets a paused connection read again.
             if self._reading_paused or self._core.buffered:
                 self._take_requests(now_ms)
