@@ -243,15 +243,42 @@ class KafkaConnection(asyncio.Protocol):
                 return False
             coro = _Resumed(coro, awaiting)
         self._listener.queue.add()
-        task = asyncio.get_running_loop().create_task(coro)
+        answered = [False]
+        task = asyncio.get_running_loop().create_task(self._run(coro, slot, header, held, now_ms, answered))
         self._tasks.add(task)
-        task.add_done_callback(lambda t: self._on_done(slot, header, t, held, now_ms))
+        task.add_done_callback(lambda t: self._on_done(slot, header, t, held, now_ms, answered))
         return True
 
+    async def _run(
+        self,
+        coro: Coroutine,
+        slot: Slot,
+        header: RequestHeader,
+        held: int,
+        started_ms: int,
+        answered: list[bool],
+    ) -> None:
+        """The handler, answered in its task's last step: a done callback would answer one loop iteration later
+        (a follower's fetch woken with another would wait for that one's read too). A handler that raises or is
+        cancelled is answered by `_on_done`."""
+        response = await coro
+        answered[0] = True
+        self._answer(slot, header, held, started_ms, response, None)
+
     def _on_done(
-        self, slot: Slot, header: RequestHeader, task: asyncio.Task, held: int, started_ms: int
+        self,
+        slot: Slot,
+        header: RequestHeader,
+        task: asyncio.Task,
+        held: int,
+        started_ms: int,
+        answered: list[bool],
     ) -> None:
         self._tasks.discard(task)
+        if answered[0]:
+            if (exc := task.exception()) is not None:  # _answer itself failed: a bug, not the client's doing
+                log.error("answering %s failed", _what(header), exc_info=exc)
+            return
         if task.cancelled():
             self._answer(slot, header, held, started_ms, None, asyncio.CancelledError())
         elif (exc := task.exception()) is not None:
