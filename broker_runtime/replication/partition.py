@@ -263,7 +263,10 @@ class Partition:
                 future.set_result(None)
 
     def _high_watermark_moved(self) -> None:
-        self.wake_append_waiters()
+        # Followers' parked fetches wait for new data only, as Kafka's DelayedFetch: a follower learns the high
+        # watermark from its next fetch (or after replica.fetch.wait.max.ms). Waking them here would cost every
+        # acks=all produce an extra, empty round with the follower that did not move the high watermark, and
+        # leave that follower's fetch in flight, not parked, when the next append comes.
         self._complete_hw_waiters(self.high_watermark)
         if self._waiters:
             waiters, self._waiters = self._waiters, set()
