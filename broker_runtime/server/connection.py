@@ -276,8 +276,11 @@ class KafkaConnection(asyncio.Protocol):
     ) -> None:
         self._tasks.discard(task)
         if answered[0]:
-            if (exc := task.exception()) is not None:  # _answer itself failed: a bug, not the client's doing
+            if (exc := task.exception()) is not None:
+                # _answer itself failed (a bug, not the client's doing): the slot may never be answered, so the
+                # connection closes rather than leave the client waiting.
                 log.error("answering %s failed", _what(header), exc_info=exc)
+                self._abort()
             return
         if task.cancelled():
             self._answer(slot, header, held, started_ms, None, asyncio.CancelledError())
