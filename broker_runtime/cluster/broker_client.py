@@ -15,7 +15,6 @@ import itertools
 import logging
 import struct
 from collections import deque
-from functools import partial
 from typing import Any
 
 from broker_runtime.clock import Clock
@@ -34,72 +33,76 @@ class BrokerConnection:
         self.host = host
         self.port = port
         self.client_id = client_id
-        self._protocol: _ResponseProtocol | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
         self._pending: deque[tuple[int, int, int, asyncio.Future]] = deque()
         self._correlation = itertools.count(1)
+        self._read_task: asyncio.Task | None = None
         self._clock = clock
         self.closed = False
 
     async def connect(self, timeout_s: float) -> None:
-        loop = asyncio.get_running_loop()
-        opening = asyncio.ensure_future(
-            loop.create_connection(lambda: _ResponseProtocol(self), self.host, self.port)
-        )
+        opening = asyncio.ensure_future(asyncio.open_connection(self.host, self.port))
         try:
             if not await self._clock.wait_ms(opening, timeout_s * 1000):
                 raise TimeoutError(f"no connection to {self.host}:{self.port} within {timeout_s:.0f}s")
         finally:
             if not opening.done():
                 opening.cancel()
-        self._protocol = opening.result()[1]
+        self._reader, self._writer = opening.result()
+        self._read_task = asyncio.create_task(
+            self._read_loop(), name=f"broker-connection-{self.host}:{self.port}"
+        )
 
     async def send(self, request: Any, timeout_s: float) -> Any:
-        protocol = self._protocol
-        if self.closed or protocol is None:
+        if self.closed or self._writer is None:
             raise ConnectionError(f"connection to {self.host}:{self.port} is closed")
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         future = asyncio.get_running_loop().create_future()
-        # A caller cancelled while waiting leaves its slot to the connection (the answer still comes, in order):
-        # mark its failure as seen, or asyncio logs "exception was never retrieved" when the connection closes.
+        # A caller cancelled while waiting (shielded below) leaves the future to the connection: mark its failure
+        # as seen, or asyncio logs "exception was never retrieved" when the connection closes.
         future.add_done_callback(lambda done: done.cancelled() or done.exception())
         self._pending.append((correlation_id, int(request.__api_key__), int(request.__version__), future))
-        protocol.transport.write(encode_request(request, correlation_id, self.client_id))
-        # The future is completed from data_received, so the caller resumes on the next loop iteration; the
-        # timer fails it (and the connection: a later answer would be misread) if no answer comes in time.
-        timer = self._clock.call_later_ms(timeout_s * 1000, partial(self._time_out, future, timeout_s))
+        self._writer.write(encode_request(request, correlation_id, self.client_id))
         try:
-            await protocol.drain()
-            return await future
-        except TimeoutError:  # ours, from _time_out (an OSError too)
-            raise
+            await self._writer.drain()
+            answered = await self._clock.wait_ms(future, timeout_s * 1000)
         except OSError as exc:
             self.close(exc)
             raise ConnectionError(str(exc)) from exc
-        finally:
-            timer.cancel()
+        if not answered:
+            # The slot stays taken; the connection is useless now (a later answer would be misread): close it.
+            error = TimeoutError(f"no answer from {self.host}:{self.port} within {timeout_s:.0f}s")
+            self.close(error)
+            raise error
+        return future.result()
 
-    def _time_out(self, future: asyncio.Future, timeout_s: float) -> None:
-        if future.done():
-            return
-        error = TimeoutError(f"no answer from {self.host}:{self.port} within {timeout_s:.0f}s")
-        future.set_exception(error)
-        self.close(error)
-
-    def _frame_received(self, frame: bytes) -> None:
-        """One response frame (without its size): the answer to the oldest pending request."""
-        if not self._pending:
-            raise FrameError("a response nobody asked for")
-        correlation_id, api_key, version, future = self._pending.popleft()
-        if response_correlation_id(frame) != correlation_id:
-            raise FrameError(f"response out of order (expected correlation id {correlation_id})")
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
         try:
-            response = decode_response(frame, api_key, version)
-        except FrameError as exc:
-            if not future.done():
-                future.set_exception(ConnectionError(str(exc)))
-            return
-        if not future.done():
-            future.set_result(response)
+            while True:
+                (size,) = _SIZE.unpack(await self._reader.readexactly(4))
+                if not 4 <= size <= MAX_RESPONSE_BYTES:
+                    raise FrameError(f"response frame of {size} bytes")
+                frame = await self._reader.readexactly(size)
+                if not self._pending:
+                    raise FrameError("a response nobody asked for")
+                correlation_id, api_key, version, future = self._pending.popleft()
+                if response_correlation_id(frame) != correlation_id:
+                    raise FrameError(f"response out of order (expected correlation id {correlation_id})")
+                try:
+                    response = decode_response(frame, api_key, version)
+                except FrameError as exc:
+                    if not future.done():
+                        future.set_exception(ConnectionError(str(exc)))
+                    continue
+                if not future.done():
+                    future.set_result(response)
+        except (asyncio.IncompleteReadError, OSError, FrameError) as exc:
+            self.close(exc)
+        except asyncio.CancelledError:
+            self.close(ConnectionError("connection closed"))
+            raise
 
     def close(self, reason: BaseException | None = None) -> None:
         if self.closed:
@@ -110,75 +113,10 @@ class BrokerConnection:
             future = self._pending.popleft()[3]
             if not future.done():
                 future.set_exception(error)
-        if self._protocol is not None:
-            self._protocol.transport.close()
-            self._protocol.wake_drainer(error)
-
-
-class _ResponseProtocol(asyncio.Protocol):
-    """The socket side of a BrokerConnection: cuts the byte stream into response frames as it arrives, so that
-    an answer completes its request's future in the same callback (no reader task in between)."""
-
-    def __init__(self, conn: BrokerConnection) -> None:
-        self._conn = conn
-        self._buffer = bytearray()
-        self._paused = False
-        self._drainer: asyncio.Future | None = None
-        self.transport: asyncio.Transport = None  # type: ignore[assignment]
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        position, available = 0, len(buffer)
-        try:
-            while available - position >= 4:
-                (size,) = _SIZE.unpack_from(buffer, position)
-                if not 4 <= size <= MAX_RESPONSE_BYTES:
-                    raise FrameError(f"response frame of {size} bytes")
-                end = position + 4 + size
-                if end > available:
-                    break
-                # One copy of the frame (a slice of the bytearray would be another).
-                with memoryview(buffer) as view:
-                    frame = bytes(view[position + 4 : end])
-                position = end
-                self._conn._frame_received(frame)
-        except FrameError as exc:
-            self._conn.close(exc)
-            return
-        if position:
-            del buffer[:position]
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._conn.close(exc or ConnectionError("closed by the peer"))
-        self.wake_drainer(exc)
-
-    def pause_writing(self) -> None:
-        self._paused = True
-
-    def resume_writing(self) -> None:
-        self._paused = False
-        self.wake_drainer(None)
-
-    async def drain(self) -> None:
-        """Wait while the transport's write buffer is above its high-water mark."""
-        if self.transport.is_closing():
-            raise ConnectionError("connection closed")
-        if not self._paused:
-            return
-        self._drainer = asyncio.get_running_loop().create_future()
-        await self._drainer
-
-    def wake_drainer(self, exc: BaseException | None) -> None:
-        drainer, self._drainer = self._drainer, None
-        if drainer is not None and not drainer.done():
-            if exc is None:
-                drainer.set_result(None)
-            else:
-                drainer.set_exception(ConnectionError(str(exc)))
+        if self._writer is not None:
+            self._writer.close()
+        if self._read_task is not None and self._read_task is not asyncio.current_task():
+            self._read_task.cancel()
 
 
 class BrokerClient:

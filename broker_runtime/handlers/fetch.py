@@ -14,9 +14,8 @@ own high watermark (which its fetches from the leader move, waking such waits). 
 `replica.selector.class` set to Kafka's RackAwareReplicaSelector answers a consumer whose client.rack has an
 in-sync follower holding the offset, and no leader, with that follower as preferred read replica and no records.
 
-The wait is event-driven: the request parks one future on every partition it reads, and a high-watermark move
-wakes a consumer's, an append a follower's (only an append: as Kafka's DelayedFetch, a follower learns the high
-watermark from its next fetch); nothing polls. Fetch sessions (KIP-227) are declined by answering session id 0,
+The wait is event-driven: the request parks one future on every partition it reads, and an append (or a
+high-watermark move) wakes it; nothing polls. Fetch sessions (KIP-227) are declined by answering session id 0,
 which tells clients to keep sending full fetch requests.
 """
 

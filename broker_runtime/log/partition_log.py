@@ -564,7 +564,8 @@ class PartitionLog:
         chunks: list[bytes] = []
         try:
             i = self._segment_index(start_offset)
-            position = self.segments[i].position_of(start_offset)
+            found = self.segments[i].translate_offset(start_offset)
+            position = found.position if found is not None else None
             budget = max_bytes
             while i < len(self.segments):
                 segment = self.segments[i]

@@ -168,8 +168,6 @@ class LogSegment:
         # writing them).
         self._checked_end = 0
         self._written_from = size
-        # (base offset, file position) of the first batch of the latest append: where followers fetch next.
-        self._last_append: tuple[int, int] | None = None
         jitter = config.segment_jitter_ms
         self.roll_jitter_ms = random.randrange(min(jitter, config.segment_ms)) if jitter > 0 else 0
 
@@ -366,8 +364,6 @@ class LogSegment:
             raise
         self.size += len(data)
         self.unflushed = True
-        if batches:
-            self._last_append = (batches[0].base_offset, start + batches[0].relative_position)
         interval = self.config.index_interval_bytes
         for batch in batches:
             if self._first_batch_timestamp is None and start + batch.relative_position == 0:
@@ -461,16 +457,6 @@ class LogSegment:
             yield header
             next_offset = header.next_offset
             position += header.size
-
-    def position_of(self, offset: int) -> int | None:
-        """The file position of the first batch whose last offset is >= `offset` (None: the segment ends before
-        it). A follower fetches from where the leader's previous append ended, the first batch of the latest
-        append: that position is kept, which spares the index lookup and the header scan."""
-        last = self._last_append
-        if last is not None and last[0] == offset:
-            return last[1]
-        header = self.translate_offset(offset)
-        return None if header is None else header.position
 
     def translate_offset(self, offset: int) -> BatchHeader | None:
         """The first batch whose last offset is >= `offset`, found from the sparse index; None when the segment
@@ -572,7 +558,6 @@ class LogSegment:
         )  # fmt: skip
         self.fs.truncate(self._handle, position)
         self.size = self._written_from = position
-        self._last_append = None
         return truncated
 
     def _reindex(self, epoch_starts: list[tuple[int, int]] | None = None) -> tuple[int, str] | None:
@@ -640,7 +625,6 @@ class LogSegment:
         self.txn_index.truncate_to(header.base_offset)
         self.fs.truncate(self._handle, header.position)
         self.size = header.position
-        self._last_append = None
         self._written_from = min(self._written_from, header.position)
         self._checked_end = min(self._checked_end, header.position)
         self.next_offset = header.base_offset

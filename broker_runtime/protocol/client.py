@@ -27,19 +27,6 @@ def response_class(api_key: int, api_version: int) -> Any:
     return load_response_schema(api_key, api_version)
 
 
-class EncodedRequest:
-    """A request body already in wire form, which BrokerConnection sends as it sends a kio request (the class
-    attributes name the API and version its answer is decoded with)."""
-
-    __slots__ = ("__api_key__", "__flexible__", "__version__", "body")
-
-    def __init__(self, api_key: int, version: int, flexible: bool, body: bytes | bytearray) -> None:
-        self.__api_key__ = api_key
-        self.__version__ = version
-        self.__flexible__ = flexible
-        self.body = body
-
-
 def encode_request(request: Any, correlation_id: int, client_id: str | None) -> bytes:
     """A whole frame: size, request header (v1, or v2 with empty tagged fields for flexible versions), body."""
     out = io.BytesIO()
@@ -51,10 +38,7 @@ def encode_request(request: Any, correlation_id: int, client_id: str | None) -> 
         out.write(_CLIENT_ID.pack(len(raw)) + raw)
     if request.__flexible__:
         out.write(b"\x00")
-    if isinstance(request, EncodedRequest):
-        out.write(request.body)
-    else:
-        _writer(type(request))(out, request)
+    _writer(type(request))(out, request)
     data = out.getbuffer()
     struct.pack_into(">i", data, 0, len(data) - 4)
     del data

@@ -20,6 +20,7 @@ handled on the same loop, never meets a half-done append.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import zlib
 from collections.abc import Callable
@@ -27,13 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_v12
 from kio.schema.list_offsets.v7 import request as list_offsets_v7
 from kio.schema.offset_for_leader_epoch.v4 import request as epoch_v4
 
 from broker_runtime.cluster.broker_client import BrokerClient
 from broker_runtime.errors import KafkaError
 from broker_runtime.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
-from broker_runtime.protocol.fetch_request import follower_fetch
 from broker_runtime.replication.partition import Partition
 from broker_runtime.replication.quota import ReplicationQuota
 
@@ -245,30 +246,30 @@ class ReplicaFetcher:
     async def _fetch(self, states: list[FetchState]) -> None:
         config = self.manager.config
         quota = self.manager.quota
-        partition_max_bytes = config["replica.fetch.max.bytes"]
-        by_topic: dict[str, list[tuple[int, int, int, int, int, int]]] = {}
-        requested: dict[tuple[str, int], int] = {}
+        by_topic: dict[str, list[fetch_v12.FetchPartition]] = {}
         for s in states:
             p = s.partition
             if quota.throttles_follower(p) and quota.follower.exceeded():
                 continue  # Kafka's follower side: a throttled replica waits while the quota is used up
-            plog = p.log
-            fetch_offset = plog.log_end_offset
             by_topic.setdefault(p.topic, []).append(
-                (p.index, s.leader_epoch, fetch_offset, plog.latest_epoch(), plog.log_start_offset,
-                 partition_max_bytes)
+                fetch_v12.FetchPartition(
+                    partition=p.index, current_leader_epoch=s.leader_epoch, fetch_offset=p.log.log_end_offset,
+                    last_fetched_epoch=p.log.latest_epoch(), log_start_offset=p.log.log_start_offset,
+                    partition_max_bytes=config["replica.fetch.max.bytes"],
+                )
             )  # fmt: skip
-            requested[(p.topic, p.index)] = fetch_offset
         if not by_topic:
             await self.manager.clock.sleep_ms(quota.follower.window_ms / 10)
             return
-        request = follower_fetch(
-            self.manager.broker_id,
-            config["replica.fetch.wait.max.ms"],
-            config["replica.fetch.min.bytes"],
-            config["replica.fetch.response.max.bytes"],
-            list(by_topic.items()),
+        request = fetch_v12.FetchRequest(
+            replica_id=self.manager.broker_id,
+            max_wait=datetime.timedelta(milliseconds=config["replica.fetch.wait.max.ms"]),
+            min_bytes=config["replica.fetch.min.bytes"],
+            max_bytes=config["replica.fetch.response.max.bytes"],
+            topics=tuple(fetch_v12.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            forgotten_topics_data=(),
         )
+        requested = {(t, p.partition): p.fetch_offset for t, ps in by_topic.items() for p in ps}
         response = await self._send(request)
         for topic in response.responses:
             for data in topic.partitions:

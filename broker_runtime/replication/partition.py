@@ -10,8 +10,6 @@ the high watermark and the start of the current leader epoch. This module decide
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,8 +18,6 @@ from kio.schema.errors import ErrorCode
 
 from broker_runtime.errors import KafkaError
 from broker_runtime.log.partition_log import PartitionLog
-
-_waiter_seq = itertools.count()  # orders high watermark waiters of one offset (futures do not compare)
 
 
 @dataclass
@@ -76,11 +72,6 @@ class Partition:
     pending_isr: tuple[int, ...] | None = None
     _waiters: set[asyncio.Future] = field(default_factory=set)  # woken when the high watermark or role moves
     _append_waiters: set[asyncio.Future] = field(default_factory=set)  # followers' fetches: woken by appends
-    # acks=all produces (Kafka's DelayedProduce): (offset the high watermark must reach, seq, future), smallest
-    # offset first, so that a high watermark move completes only the appends it covers; a role or ISR change
-    # completes all of them (they recheck). Futures done otherwise (timed out, cancelled) leave lazily.
-    _hw_waiters: list[tuple[int, int, asyncio.Future]] = field(default_factory=list)
-    _hw_waiters_gone: int = 0
 
     @property
     def is_leader(self) -> bool:
@@ -217,7 +208,7 @@ class Partition:
                 new = min(new, follower.log_end_offset if follower is not None else -1)
         if new > self.high_watermark:
             self.high_watermark = new
-            self._high_watermark_moved()
+            self.wake_waiters()
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
         """As follower: the leader's high watermark, capped by what this replica has."""
@@ -229,50 +220,6 @@ class Partition:
                 self.wake_waiters()  # consumers fetching from this follower (KIP-392) wait for it
 
     # --- waiting --------------------------------------------------------------------------------------------
-
-    def high_watermark_waiter(self, offset: int) -> asyncio.Future:
-        """A future done once the high watermark reaches `offset`, or the partition's role or ISR changes (the
-        waiter rechecks); the caller may also finish it itself (a timeout), then calls `drop_high_watermark_waiter`."""
-        future = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._hw_waiters, (offset, next(_waiter_seq), future))
-        return future
-
-    def drop_high_watermark_waiter(self, future: asyncio.Future) -> None:
-        """A waiter finished otherwise than by `_complete_hw_waiters`: purge such leftovers once they are most of
-        the heap (a follower that stopped fetching leaves every acks=all produce to time out)."""
-        if not self._hw_waiters:
-            return
-        self._hw_waiters_gone += 1
-        if self._hw_waiters_gone > 64 and 2 * self._hw_waiters_gone > len(self._hw_waiters):
-            self._hw_waiters = [w for w in self._hw_waiters if not w[2].done()]
-            heapq.heapify(self._hw_waiters)
-            self._hw_waiters_gone = 0
-
-    def _complete_hw_waiters(self, up_to: int | None) -> None:
-        """Complete the acks=all waiters whose offset the high watermark reached (all of them: `up_to` None)."""
-        heap = self._hw_waiters
-        if up_to is None:
-            self._hw_waiters, self._hw_waiters_gone = [], 0
-            done = [w[2] for w in heap]
-        else:
-            done = []
-            while heap and heap[0][0] <= up_to:
-                done.append(heapq.heappop(heap)[2])
-        for future in done:
-            if not future.done():
-                future.set_result(None)
-
-    def _high_watermark_moved(self) -> None:
-        # Followers' parked fetches wait for new data only, as Kafka's DelayedFetch: a follower learns the high
-        # watermark from its next fetch (or after replica.fetch.wait.max.ms). Waking them here would cost every
-        # acks=all produce an extra, empty round with the follower that did not move the high watermark, and
-        # leave that follower's fetch in flight, not parked, when the next append comes.
-        self._complete_hw_waiters(self.high_watermark)
-        if self._waiters:
-            waiters, self._waiters = self._waiters, set()
-            for future in waiters:
-                if not future.done():
-                    future.set_result(None)
 
     def add_waiter(self, future: asyncio.Future, *, on_append: bool = False) -> None:
         (self._append_waiters if on_append else self._waiters).add(future)
@@ -291,10 +238,7 @@ class Partition:
                 future.set_result(None)
 
     def wake_waiters(self) -> None:
-        """Everyone waiting: the role, the ISR or the high watermark changed."""
         self.wake_append_waiters()
-        if self._hw_waiters:
-            self._complete_hw_waiters(None)
         if not self._waiters:
             return
         waiters, self._waiters = self._waiters, set()

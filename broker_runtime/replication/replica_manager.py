@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from functools import partial
 
 from kio.schema.errors import ErrorCode
 
@@ -347,6 +346,7 @@ class ReplicaManager:
 
     async def _wait_for_high_watermark(self, partition: Partition, offset: int, timeout_ms: int) -> None:
         deadline = self._clock.monotonic_ms() + timeout_ms
+        loop = asyncio.get_running_loop()
         while partition.high_watermark < offset:
             if (
                 not partition.is_leader
@@ -358,40 +358,23 @@ class ReplicaManager:
             remaining_ms = deadline - self._clock.monotonic_ms()
             if remaining_ms <= 0:
                 raise KafkaError(ErrorCode.request_timed_out, "timed out waiting for in-sync replicas")
-            # Completed by the partition when the high watermark covers `offset` (or the role or ISR changes),
-            # else by the timer: the wait resumes on the loop iteration after that, with no intermediate future.
-            future = partition.high_watermark_waiter(offset)
-            timer = self._clock.call_later_ms(remaining_ms, partial(_finish, future))
+            future = loop.create_future()
+            partition.add_waiter(future)
             try:
-                await future
+                await self._clock.wait_ms(future, remaining_ms)
             finally:
-                timer.cancel()
-                if not future.done():
-                    future.cancel()
-                # Not popped by a high watermark move: it may still be in the partition's heap.
-                if future.cancelled() or partition.high_watermark < offset:
-                    partition.drop_high_watermark_waiter(future)
+                partition.remove_waiter(future)
 
     async def wait_for_data(
         self, partitions: Iterable[Partition], timeout_ms: float, *, follower: bool = False
     ) -> None:
         """Return when any of the partitions' high watermark moves (a follower: its log end), or on timeout."""
-        if timeout_ms <= 0:
-            return
         future = asyncio.get_running_loop().create_future()
         watched = list(partitions)
         for p in watched:
             p.add_waiter(future, on_append=follower)
-        # The future is ours: the timer finishes it, so an append wakes this fetch without an intermediate one.
-        timer = self._clock.call_later_ms(timeout_ms, partial(_finish, future))
         try:
-            await future
+            await self._clock.wait_ms(future, timeout_ms)
         finally:
-            timer.cancel()
             for p in watched:
                 p.remove_waiter(future)
-
-
-def _finish(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_result(None)

@@ -13,8 +13,7 @@ line; nothing else is touched.
 
 Produce, the hot path, skips the task when it can: its handler's first step runs as the request is taken, and a
 produce that appends on the event loop is answered then; one that awaits (acks=-1, a batch checked on a worker
-thread) goes on in a task from where it stopped. The answers to the requests of one read leave in one send, and
-so do those of acks=all produces that finish in one loop iteration.
+thread) goes on in a task from where it stopped. The answers to the requests of one read leave in one send.
 """
 
 from __future__ import annotations
@@ -105,7 +104,6 @@ class KafkaConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._reading_paused = False
         self._writing_paused = False
-        self._flush_soon = False  # a _flush_later callback is scheduled
         self._last_activity = self._clock.monotonic_ms()
         self._idle_timer: TimerHandle | None = None
         self.id = f"conn-{next(_ids)}"
@@ -243,45 +241,15 @@ class KafkaConnection(asyncio.Protocol):
                 return False
             coro = _Resumed(coro, awaiting)
         self._listener.queue.add()
-        answered = [False]
-        task = asyncio.get_running_loop().create_task(self._run(coro, slot, header, held, now_ms, answered))
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(lambda t: self._on_done(slot, header, t, held, now_ms, answered))
+        task.add_done_callback(lambda t: self._on_done(slot, header, t, held, now_ms))
         return True
 
-    async def _run(
-        self,
-        coro: Coroutine,
-        slot: Slot,
-        header: RequestHeader,
-        held: int,
-        started_ms: int,
-        answered: list[bool],
-    ) -> None:
-        """The handler, answered in its task's last step: a done callback would answer one loop iteration later
-        (a follower's fetch woken with another would wait for that one's read too). A handler that raises or is
-        cancelled is answered by `_on_done`."""
-        response = await coro
-        answered[0] = True
-        self._answer(slot, header, held, started_ms, response, None)
-
     def _on_done(
-        self,
-        slot: Slot,
-        header: RequestHeader,
-        task: asyncio.Task,
-        held: int,
-        started_ms: int,
-        answered: list[bool],
+        self, slot: Slot, header: RequestHeader, task: asyncio.Task, held: int, started_ms: int
     ) -> None:
         self._tasks.discard(task)
-        if answered[0]:
-            if (exc := task.exception()) is not None:
-                # _answer itself failed (a bug, not the client's doing): the slot may never be answered, so the
-                # connection closes rather than leave the client waiting.
-                log.error("answering %s failed", _what(header), exc_info=exc)
-                self._abort()
-            return
         if task.cancelled():
             self._answer(slot, header, held, started_ms, None, asyncio.CancelledError())
         elif (exc := task.exception()) is not None:
@@ -323,14 +291,7 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._complete(slot, response, header)
         if more:
-            if header.api_key == _PRODUCE:
-                # The acks=all produces that one high watermark move completes finish in one loop iteration:
-                # their answers leave in one send, made on the next iteration.
-                if not self._flush_soon:
-                    self._flush_soon = True
-                    asyncio.get_running_loop().call_soon(self._flush_later)
-            else:
-                self._flush(now_ms)
+            self._flush(now_ms)
             # An answered request makes room for buffered ones, or lets a paused connection read again.
             if self._reading_paused or self._core.buffered:
                 self._take_requests(now_ms)
@@ -344,10 +305,6 @@ class KafkaConnection(asyncio.Protocol):
                           self.id, self.peer, _what(header))  # fmt: skip
             self._flush(self._clock.monotonic_ms())  # the requests before this one keep their answers
             self._abort()
-
-    def _flush_later(self) -> None:
-        self._flush_soon = False
-        self._flush(self._clock.monotonic_ms())
 
     def _flush(self, now_ms: int) -> None:
         out = self._core.data_to_send()

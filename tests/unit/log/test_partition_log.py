@@ -148,20 +148,6 @@ def test_max_timestamp(fs, clock):
     assert log.max_timestamp() == (2, 900)
 
 
-def test_a_read_at_the_latest_append_finds_the_batch_there_after_a_truncation(fs, clock):
-    """Reads at the first offset of the latest append (where followers fetch) skip the index: a truncation must
-    not leave them pointing at what it cut."""
-    log = open_log(fs, clock)
-    append(log, 2)
-    append(log, 3, value_size=500)
-    assert offsets_in(log.read(2, 1 << 20, 100, False)) == [(2, 4)]
-    log.truncate_to(2)
-    append(log, 1)
-    append(log, 4)
-    assert offsets_in(log.read(2, 1 << 20, 100, False)) == [(2, 2), (3, 6)]
-    assert offsets_in(log.read(3, 1 << 20, 100, False)) == [(3, 6)]
-
-
 def test_truncate_to_removes_batches_and_epochs(fs, clock):
     log = open_log(fs, clock, LogConfig(segment_bytes=400))
     for epoch in range(6):
