@@ -673,8 +673,12 @@ class PartitionLog:
 
     @_storage_operation
     def truncate_to(self, offset: int) -> None:
-        """Remove everything at and above `offset` (a follower diverged from its leader)."""
+        """Remove everything at and above `offset` (a follower diverged from its leader). At or past the log end
+        nothing is removed but the epochs starting at the log end: an epoch this broker assigned as leader and
+        was replaced in before it wrote anything, which the next leader never had (Kafka's truncateTo drops it
+        too; kept, the follower would name it in every fetch and be told it diverges, forever)."""
         if offset >= self.log_end_offset:
+            self.leader_epochs.truncate_from_end(self.log_end_offset)
             return
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)

@@ -208,7 +208,7 @@ class ReplicaFetcher:
         if offset < plog.log_end_offset:
             log.info("%s: truncating from %d to %d (leader %d, epoch %d)", plog.name, plog.log_end_offset, offset,
                      self.leader_id, state.leader_epoch)  # fmt: skip
-            plog.truncate_to(offset)
+        plog.truncate_to(offset)  # at the log end too: it drops an epoch we began as leader but never wrote
         partition.high_watermark = min(partition.high_watermark, plog.log_end_offset)
         state.truncating = not done
 
@@ -301,12 +301,12 @@ class ReplicaFetcher:
         )  # fmt: skip
         log.info("%s: the leader's log diverges after epoch %d at offset %d", plog.name, diverging.epoch,
                  diverging.end_offset)  # fmt: skip
-        if offset >= plog.log_end_offset:
-            # Nothing to cut (the leader knows no epoch at or below ours): asking again at once would get the same
-            # answer, so wait the backoff before the next fetch.
-            self._delay(state)
-            return
+        before = (plog.log_end_offset, plog.latest_epoch())
         self._truncate_to(state, offset, done=True)
+        if (plog.log_end_offset, plog.latest_epoch()) == before:
+            # Nothing was cut (the leader knows no epoch at or below ours): asking again at once would get the
+            # same answer, so wait the backoff before the next fetch.
+            self._delay(state)
 
     def _append(self, state: FetchState, data: Any) -> None:
         partition = state.partition

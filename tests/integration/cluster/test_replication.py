@@ -7,6 +7,7 @@ brokers take one of their own (`cluster_factory`)."""
 from __future__ import annotations
 
 import datetime
+import io
 import os
 import signal
 import struct
@@ -17,6 +18,7 @@ from confluent_kafka import KafkaError, Producer
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_v12
 
+from broker_runtime.tools import leader_election
 from tests.integration.conftest import (
     RawClient,
     aiokafka_produce,
@@ -30,6 +32,10 @@ from tests.integration.conftest import (
 pytestmark = pytest.mark.odradek_only
 
 ALL_ACKS = {"acks": "all", "enable.idempotence": True}
+
+
+def run_tool(tool, *argv: str) -> int:
+    return tool.main(list(argv), out=io.StringIO(), err=io.StringIO())
 
 
 def log_bytes(partition_dir: Path) -> bytes:
@@ -272,6 +278,32 @@ def test_a_former_leader_truncates_what_the_new_leader_lacks(
     former_leader_log = c.brokers[leader].log_text()
     assert f"{topic_name}-0: the leader's log diverges after epoch 0 at offset {kept - 7}" in former_leader_log
     assert f"{topic_name}-0: truncating from 16 to {kept - 7}" in former_leader_log
+
+
+def test_a_broker_that_led_an_epoch_without_writing_follows_the_next_leader(
+    cluster_factory, clients, topic_name: str
+) -> None:
+    """Leadership goes from A to B (controlled shutdown of A) and back to A (preferred election) with nothing
+    written in between. B's epoch cache ends with the epoch it led, which A never had: A's first answer is a
+    DivergingEpoch at B's log end, and B must drop that epoch (Kafka's truncateTo at the log end) rather than name
+    it again in every fetch, never replicating anything more."""
+    c = cluster_factory()
+    c.create_topic(topic_name, 1, 3)
+    first, _, _ = c.wait_for_leaders(topic_name, 1)[0]
+    confluent_produce(c.bootstrap, topic_name, clients.numbered_records(5, b"before"), 0, ALL_ACKS)
+    c.wait_for(lambda: replicas_agree(c, topic_name, 0, 5), "the first records everywhere")
+    assert c.brokers[first].stop() == 0
+    second = c.partition_state(topic_name, 0)["leader"]
+    assert second not in (first, -1)
+    c.restart(first)
+    c.wait_for(lambda: first in c.partition_state(topic_name, 0)["isr"], "the first leader back in the ISR")
+    run_tool(leader_election, "--bootstrap-server", c.bootstrap, "--election-type", "preferred", "--topic",
+             topic_name, "--partition", "0")  # fmt: skip
+    c.wait_for(lambda: c.partition_state(topic_name, 0)["leader"] == first, "the first leader leading again")
+    confluent_produce(c.bootstrap, topic_name, clients.numbered_records(5, b"after"), 0, ALL_ACKS)
+    c.wait_for(lambda: replicas_agree(c, topic_name, 0, 10), "every replica, the second leader's too, with the "
+               "records written after the leadership came back")  # fmt: skip
+    assert sorted(c.partition_state(topic_name, 0)["isr"]) == sorted(c.brokers)
 
 
 def test_high_watermarks_are_checkpointed_on_every_replica(cluster_factory, topic_name: str) -> None:

@@ -160,6 +160,21 @@ def test_truncate_to_removes_batches_and_epochs(fs, clock):
     assert append(log, 1, epoch=7).base_offset == 6
 
 
+def test_truncating_at_the_log_end_drops_an_epoch_begun_there_and_never_written(fs, clock):
+    """A leader replaced before it wrote in its epoch keeps that epoch's start at its log end; as a follower it must
+    forget it (Kafka's truncateTo), or it names that epoch in every fetch and the new leader, which never had it,
+    answers that their logs diverge, forever."""
+    log = open_log(fs, clock)
+    append(log, 5, epoch=0)
+    log.assign_epoch_start_offset(2)
+    assert log.leader_epochs.entries == [(0, 0), (2, 5)]
+    log.truncate_to(5)
+    assert (log.log_end_offset, log.leader_epochs.entries) == (5, [(0, 0)])
+    assert fs.files[PARTITION_DIR / "leader-epoch-checkpoint"].data.decode() == "0\n1\n0 0\n"
+    log.truncate_to(9)  # past the log end: nothing written is touched
+    assert (log.log_end_offset, log.leader_epochs.entries) == (5, [(0, 0)])
+
+
 def test_leader_epoch_cache_end_offsets(fs, clock):
     log = open_log(fs, clock)
     append(log, 2, epoch=1)  # 0-1
