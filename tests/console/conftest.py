@@ -178,6 +178,16 @@ def _close_cluster_clients(_shared_broker_process):
     close_all()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _close_module_cluster_clients():
+    """Also after each module: the clusters a module started are gone, and their clients would otherwise retry
+    them, and log it, for the rest of the session."""
+    yield
+    from console.clusters.client import close_all
+
+    close_all()
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):
     """A speed knob only: PBKDF2's cost, paid for every persona of every test, would dominate the suite."""
