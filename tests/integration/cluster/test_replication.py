@@ -303,7 +303,7 @@ def test_a_broker_that_led_an_epoch_without_writing_follows_the_next_leader(
     confluent_produce(c.bootstrap, topic_name, clients.numbered_records(5, b"after"), 0, ALL_ACKS)
     c.wait_for(lambda: replicas_agree(c, topic_name, 0, 10), "every replica, the second leader's too, with the "
                "records written after the leadership came back")  # fmt: skip
-    assert sorted(c.partition_state(topic_name, 0)["isr"]) == sorted(c.brokers)
+    c.wait_for(lambda: sorted(c.partition_state(topic_name, 0)["isr"]) == sorted(c.brokers), "every replica in sync")
 
 
 def test_high_watermarks_are_checkpointed_on_every_replica(cluster_factory, topic_name: str) -> None:
