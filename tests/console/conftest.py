@@ -168,20 +168,11 @@ def pytest_runtest_makereport(item, call):
             report.sections.append(("celery worker log", path.read_text(errors="replace")[-6000:]))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _close_cluster_clients(_shared_broker_process):
-    """Cluster clients are cached per process; close them before the session's broker stops (this fixture
-    depends on the broker, so it is torn down first)."""
-    yield
-    from console.clusters.client import close_all
-
-    close_all()
-
-
 @pytest.fixture(scope="module", autouse=True)
-def _close_module_cluster_clients():
-    """Also after each module: the clusters a module started are gone, and their clients would otherwise retry
-    them, and log it, for the rest of the session."""
+def _close_cluster_clients():
+    """Cluster clients are cached per process; close them after each module (so before the session's broker
+    stops): the clusters a module started are gone, and their clients would otherwise retry them, and log it,
+    for the rest of the session."""
     yield
     from console.clusters.client import close_all
 
