@@ -1,6 +1,6 @@
 """FetchResponse v12-v15 encoded by hand for followers' fetches: at RF 3 every append is answered to two
 followers, and kio's generic writer copies each partition's records into a growing buffer field by field.
-Here the fixed fields of a partition go in one pack and the records are joined once. Anything this encoder does
+Here the fixed fields of a partition go in one pack, and the records are copied once, when the frame is joined. Anything this encoder does
 not write (a current leader or snapshot id tag) falls back to kio (None). `tests/unit/protocol` checks these
 bytes against kio's encoder.
 """
@@ -61,7 +61,7 @@ def encode_fetch_response(version: int, response: Any) -> EncodedBody | None:
                 out += b"\x00"
             else:
                 write_uvarint(out, len(records) + 1)
-                if len(records) > 512:  # joined once at the end rather than copied into a growing buffer
+                if len(records) > 512:  # joined with the frame rather than copied into a growing buffer
                     parts.append(out)
                     parts.append(records)
                     out = bytearray()
@@ -74,7 +74,5 @@ def encode_fetch_response(version: int, response: Any) -> EncodedBody | None:
                 out += b"\x00"
         out += b"\x00"  # topic tagged fields
     out += b"\x00"  # response tagged fields
-    if not parts:
-        return EncodedBody(bytes(out), True)
     parts.append(out)
-    return EncodedBody(b"".join(parts), True)
+    return EncodedBody(tuple(parts), True)

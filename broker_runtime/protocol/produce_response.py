@@ -56,7 +56,7 @@ def encode_produce_response(
     out += _I32.pack(0)  # throttle time
     if flexible:
         out += b"\x00"
-    return EncodedBody(bytes(out), flexible)
+    return EncodedBody((out,), flexible)
 
 
 # a partition of a flexible version with no record errors and no message: ..., log start offset, record errors

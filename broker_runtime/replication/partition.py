@@ -10,6 +10,8 @@ the high watermark and the start of the current leader epoch. This module decide
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +20,8 @@ from kio.schema.errors import ErrorCode
 
 from broker_runtime.errors import KafkaError
 from broker_runtime.log.partition_log import PartitionLog
+
+_ARRIVAL = itertools.count()  # ties in the produce waiters' heap: futures do not compare
 
 
 @dataclass
@@ -72,6 +76,9 @@ class Partition:
     pending_isr: tuple[int, ...] | None = None
     _waiters: set[asyncio.Future] = field(default_factory=set)  # woken when the high watermark or role moves
     _append_waiters: set[asyncio.Future] = field(default_factory=set)  # followers' fetches: woken by appends
+    # acks=all produces (Kafka's DelayedProduce): (high watermark each needs, arrival, future), a heap, so a move
+    # of the high watermark completes only those it covers; the others sleep on.
+    _produce_waiters: list[tuple[int, int, asyncio.Future]] = field(default_factory=list)
 
     @property
     def is_leader(self) -> bool:
@@ -208,7 +215,12 @@ class Partition:
                 new = min(new, follower.log_end_offset if follower is not None else -1)
         if new > self.high_watermark:
             self.high_watermark = new
-            self.wake_waiters()
+            self._wake_high_watermark_waiters()
+            waiting = self._produce_waiters
+            while waiting and waiting[0][0] <= new:
+                future = heapq.heappop(waiting)[2]
+                if not future.done():
+                    future.set_result(None)
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
         """As follower: the leader's high watermark, capped by what this replica has."""
@@ -220,6 +232,11 @@ class Partition:
                 self.wake_waiters()  # consumers fetching from this follower (KIP-392) wait for it
 
     # --- waiting --------------------------------------------------------------------------------------------
+
+    def add_produce_waiter(self, high_watermark: int, future: asyncio.Future) -> None:
+        """`future` is done once the high watermark reaches `high_watermark`, or the role or ISR changes (then
+        the waiter checks again). A waiter that gave up (its future done) is dropped when its turn comes."""
+        heapq.heappush(self._produce_waiters, (high_watermark, next(_ARRIVAL), future))
 
     def add_waiter(self, future: asyncio.Future, *, on_append: bool = False) -> None:
         (self._append_waiters if on_append else self._waiters).add(future)
@@ -238,6 +255,14 @@ class Partition:
                 future.set_result(None)
 
     def wake_waiters(self) -> None:
+        """Everything waiting here checks again (the role, the ISR or the high watermark moved)."""
+        self._wake_high_watermark_waiters()
+        waiting, self._produce_waiters = self._produce_waiters, []
+        for _, _, future in waiting:
+            if not future.done():
+                future.set_result(None)
+
+    def _wake_high_watermark_waiters(self) -> None:
         self.wake_append_waiters()
         if not self._waiters:
             return

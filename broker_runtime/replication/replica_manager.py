@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
 
 from kio.schema.errors import ErrorCode
 
@@ -359,11 +360,13 @@ class ReplicaManager:
             if remaining_ms <= 0:
                 raise KafkaError(ErrorCode.request_timed_out, "timed out waiting for in-sync replicas")
             future = loop.create_future()
-            partition.add_waiter(future)
+            partition.add_produce_waiter(offset, future)
+            timer = self._clock.call_later_ms(remaining_ms, partial(_finish, future))
             try:
-                await self._clock.wait_ms(future, remaining_ms)
+                await future
             finally:
-                partition.remove_waiter(future)
+                timer.cancel()
+                _finish(future)  # cancelled: the heap drops it
 
     async def wait_for_data(
         self, partitions: Iterable[Partition], timeout_ms: float, *, follower: bool = False
@@ -378,3 +381,8 @@ class ReplicaManager:
         finally:
             for p in watched:
                 p.remove_waiter(future)
+
+
+def _finish(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -260,6 +260,41 @@ def test_a_follower_wakes_consumers_waiting_on_it_when_its_high_watermark_moves(
     assert asyncio.run(scenario()) == (False, True)
 
 
+def test_a_high_watermark_move_completes_only_the_produces_it_covers() -> None:
+    import asyncio
+
+    async def scenario() -> list[list[bool]]:
+        partition = leader(log_end=30)
+        loop = asyncio.get_running_loop()
+        waiting = {needed: loop.create_future() for needed in (25, 10, 20)}  # arrival order is not offset order
+        for needed, future in waiting.items():
+            partition.add_produce_waiter(needed, future)
+        seen = []
+        for end in (9, 20, 30):
+            partition.record_follower_fetch(1, end, 0, 1_100, with_epoch=True)
+            partition.record_follower_fetch(2, end, 0, 1_100, with_epoch=True)
+            seen.append([waiting[n].done() for n in (10, 20, 25)])
+        return seen
+
+    assert asyncio.run(scenario()) == [[False, False, False], [True, True, False], [True, True, True]]
+
+
+def test_a_change_of_role_or_isr_wakes_every_waiting_produce_to_check_again() -> None:
+    import asyncio
+
+    async def scenario() -> tuple[bool, bool]:
+        partition = leader(log_end=30)
+        loop = asyncio.get_running_loop()
+        gave_up, waiting = loop.create_future(), loop.create_future()
+        partition.add_produce_waiter(10, gave_up)
+        partition.add_produce_waiter(20, waiting)
+        gave_up.cancel()  # a produce that timed out leaves its entry, dropped when reached
+        partition.wake_waiters()
+        return waiting.done(), bool(partition._produce_waiters)
+
+    assert asyncio.run(scenario()) == (True, False)
+
+
 # --- throttles ----------------------------------------------------------------------------------------------
 
 
