@@ -15,6 +15,7 @@ import itertools
 import logging
 import struct
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from broker_runtime.clock import Clock
@@ -26,6 +27,102 @@ log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 MAX_RESPONSE_BYTES = 100 * 1024 * 1024
+_SCRATCH_BYTES = 64 * 1024  # holds the usual answers whole; larger frames get a buffer of their own
+
+
+class _ResponseReader(asyncio.BufferedProtocol):
+    """Cuts the byte stream into response frames, each handed to `on_frame` whole. Small frames pass through a
+    scratch buffer; a frame that does not fit there (a follower's fetch, up to megabytes) is received straight
+    into a buffer of its own size, so its records are copied once from the socket."""
+
+    def __init__(
+        self, on_frame: Callable[[bytes | memoryview], None], on_lost: Callable[[BaseException], None]
+    ) -> None:
+        self._on_frame = on_frame
+        self._on_lost = on_lost
+        self._scratch = bytearray(_SCRATCH_BYTES)
+        self._start = self._end = 0  # unread bytes of the scratch buffer
+        self._frame: bytearray | None = None  # a large frame being received
+        self._filled = 0
+        self.transport: asyncio.Transport | None = None
+        self._writing_paused = False
+        self._drained: list[asyncio.Future] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return memoryview(self._frame)[self._filled :]
+        return memoryview(self._scratch)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is not None:
+            self._filled += nbytes
+            if self._filled == len(self._frame):
+                frame, self._frame = self._frame, None
+                self._on_frame(memoryview(frame).toreadonly())  # kio reads read-only buffers only
+            return
+        self._end += nbytes
+        scratch = self._scratch
+        while self._end - self._start >= 4:
+            (size,) = _SIZE.unpack_from(scratch, self._start)
+            if not 4 <= size <= MAX_RESPONSE_BYTES:
+                self._fail(FrameError(f"response frame of {size} bytes"))
+                return
+            begin = self._start + 4
+            have = self._end - begin
+            if have >= size:
+                self._start = begin + size
+                self._on_frame(bytes(scratch[begin : self._start]))
+                if self.transport is None or self.transport.is_closing():
+                    return
+            elif size > len(scratch) - begin:  # cannot be completed where it starts
+                self._frame = bytearray(size)
+                self._frame[:have] = scratch[begin : self._end]
+                self._filled = have
+                self._start = self._end = 0
+                return
+            else:
+                break
+        if self._start:  # keep the unread bytes at the front, so the next frame has the whole buffer
+            unread = self._end - self._start
+            scratch[:unread] = scratch[self._start : self._end]
+            self._start, self._end = 0, unread
+
+    def _fail(self, error: BaseException) -> None:
+        self._on_lost(error)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def eof_received(self) -> None:
+        self._on_lost(ConnectionError("closed by the other broker"))
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._on_lost(exc if exc is not None else ConnectionError("connection closed"))
+        self._writing_paused = False
+        for waiter in self._drained:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._drained.clear()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        for waiter in self._drained:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._drained.clear()
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is over its high-water mark."""
+        if self._writing_paused:
+            waiter = asyncio.get_running_loop().create_future()
+            self._drained.append(waiter)
+            await waiter
 
 
 class BrokerConnection:
@@ -33,29 +130,31 @@ class BrokerConnection:
         self.host = host
         self.port = port
         self.client_id = client_id
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._transport: asyncio.Transport | None = None
+        self._protocol: _ResponseReader | None = None
         self._pending: deque[tuple[int, int, int, asyncio.Future]] = deque()
         self._correlation = itertools.count(1)
-        self._read_task: asyncio.Task | None = None
         self._clock = clock
         self.closed = False
 
     async def connect(self, timeout_s: float) -> None:
-        opening = asyncio.ensure_future(asyncio.open_connection(self.host, self.port))
+        loop = asyncio.get_running_loop()
+        opening = asyncio.ensure_future(
+            loop.create_connection(lambda: _ResponseReader(self._on_frame, self.close), self.host, self.port)
+        )
         try:
             if not await self._clock.wait_ms(opening, timeout_s * 1000):
                 raise TimeoutError(f"no connection to {self.host}:{self.port} within {timeout_s:.0f}s")
         finally:
             if not opening.done():
                 opening.cancel()
-        self._reader, self._writer = opening.result()
-        self._read_task = asyncio.create_task(
-            self._read_loop(), name=f"broker-connection-{self.host}:{self.port}"
-        )
+        transport, protocol = opening.result()
+        self._transport, self._protocol = transport, protocol
+        if self.closed:  # lost while connecting
+            transport.abort()
 
     async def send(self, request: Any, timeout_s: float) -> Any:
-        if self.closed or self._writer is None:
+        if self.closed or self._transport is None or self._protocol is None:
             raise ConnectionError(f"connection to {self.host}:{self.port} is closed")
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         future = asyncio.get_running_loop().create_future()
@@ -63,9 +162,9 @@ class BrokerConnection:
         # as seen, or asyncio logs "exception was never retrieved" when the connection closes.
         future.add_done_callback(lambda done: done.cancelled() or done.exception())
         self._pending.append((correlation_id, int(request.__api_key__), int(request.__version__), future))
-        self._writer.write(encode_request(request, correlation_id, self.client_id))
+        self._transport.write(encode_request(request, correlation_id, self.client_id))
         try:
-            await self._writer.drain()
+            await self._protocol.drain()
             answered = await self._clock.wait_ms(future, timeout_s * 1000)
         except OSError as exc:
             self.close(exc)
@@ -77,32 +176,23 @@ class BrokerConnection:
             raise error
         return future.result()
 
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
+    def _on_frame(self, frame: bytes | memoryview) -> None:
+        """A whole response frame, parsed as it arrives (no task between the socket and the waiting request)."""
+        if not self._pending:
+            self.close(FrameError("a response nobody asked for"))
+            return
+        correlation_id, api_key, version, future = self._pending.popleft()
+        if response_correlation_id(frame) != correlation_id:
+            self.close(FrameError(f"response out of order (expected correlation id {correlation_id})"))
+            return
         try:
-            while True:
-                (size,) = _SIZE.unpack(await self._reader.readexactly(4))
-                if not 4 <= size <= MAX_RESPONSE_BYTES:
-                    raise FrameError(f"response frame of {size} bytes")
-                frame = await self._reader.readexactly(size)
-                if not self._pending:
-                    raise FrameError("a response nobody asked for")
-                correlation_id, api_key, version, future = self._pending.popleft()
-                if response_correlation_id(frame) != correlation_id:
-                    raise FrameError(f"response out of order (expected correlation id {correlation_id})")
-                try:
-                    response = decode_response(frame, api_key, version)
-                except FrameError as exc:
-                    if not future.done():
-                        future.set_exception(ConnectionError(str(exc)))
-                    continue
-                if not future.done():
-                    future.set_result(response)
-        except (asyncio.IncompleteReadError, OSError, FrameError) as exc:
-            self.close(exc)
-        except asyncio.CancelledError:
-            self.close(ConnectionError("connection closed"))
-            raise
+            response = decode_response(frame, api_key, version)
+        except FrameError as exc:
+            if not future.done():
+                future.set_exception(ConnectionError(str(exc)))
+            return
+        if not future.done():
+            future.set_result(response)
 
     def close(self, reason: BaseException | None = None) -> None:
         if self.closed:
@@ -113,10 +203,8 @@ class BrokerConnection:
             future = self._pending.popleft()[3]
             if not future.done():
                 future.set_exception(error)
-        if self._writer is not None:
-            self._writer.close()
-        if self._read_task is not None and self._read_task is not asyncio.current_task():
-            self._read_task.cancel()
+        if self._transport is not None:
+            self._transport.close()
 
 
 class BrokerClient:
