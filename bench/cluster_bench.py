@@ -168,8 +168,19 @@ class Cluster:
 
 
 def produce_rate(
-    bootstrap: str, topic: str, size: int, records: int, cap_s: float, acks: str, *, idempotent: bool = False
+    bootstrap: str,
+    topic: str,
+    size: int,
+    records: int,
+    cap_s: float,
+    acks: str,
+    *,
+    idempotent: bool = False,
+    cpu: dict[str, float] | None = None,
+    broker_pids: list[int] | None = None,
 ) -> float:
+    """Acknowledged records per second. `cpu`, when given, gets the CPU seconds per million acknowledged records
+    of this producer process ("producer") and of the `broker_pids` processes together ("brokers")."""
     from confluent_kafka import Producer
 
     config = {"bootstrap.servers": bootstrap, **single.PRODUCER_CONFIG, "acks": acks,
@@ -182,6 +193,9 @@ def produce_rate(
 
     p.produce(topic, b"warm", on_delivery=on_error)
     p.flush(30)
+    pids = broker_pids or []
+    brokers_before = sum(single.proc_cpu_seconds(pid) for pid in pids)
+    producer_before = single.self_cpu_seconds()
     payload, sent, t0 = b"x" * size, 0, time.perf_counter()
     while sent < records and time.perf_counter() - t0 < cap_s:
         try:
@@ -192,7 +206,13 @@ def produce_rate(
         if sent & 0xFFF == 0:
             p.poll(0)
     remaining = p.flush(120)
-    return (sent - remaining - failed[0]) / (time.perf_counter() - t0)
+    acknowledged = sent - remaining - failed[0]
+    if cpu is not None and acknowledged:
+        cpu["producer"] = (single.self_cpu_seconds() - producer_before) / acknowledged * 1e6
+        cpu["brokers"] = (
+            (sum(single.proc_cpu_seconds(pid) for pid in pids) - brokers_before) / acknowledged * 1e6
+        )
+    return acknowledged / (time.perf_counter() - t0)
 
 
 def replication_ratio(cluster: Cluster, runs: int, records: int, cap_s: float) -> dict[str, Any]:
@@ -205,20 +225,38 @@ def replication_ratio(cluster: Cluster, runs: int, records: int, cap_s: float) -
         "rf1_acks_all_idempotent": ("bench-rf1", "all", True),
     }
     rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+    costs: dict[str, dict[str, list[float]]] = {
+        k: {"brokers": [], "producer": []} for k in ("rf3_acks_all", "rf1_acks_1")
+    }
+    pids = [b.proc.pid for b in cluster.brokers.values() if b.proc is not None]
     for i in range(runs + 1):  # the first round is the warm-up
-        got = {kind: produce_rate(cluster.bootstrap, topic, 1024, records, cap_s, acks, idempotent=idem)
-               for kind, (topic, acks, idem) in kinds.items()}  # fmt: skip
+        got, cpu = {}, {}
+        for kind, (topic, acks, idem) in kinds.items():
+            cpu[kind] = {}
+            got[kind] = produce_rate(cluster.bootstrap, topic, 1024, records, cap_s, acks, idempotent=idem,
+                                     cpu=cpu[kind], broker_pids=pids)  # fmt: skip
         log(f"run {i}: " + ", ".join(f"{kind} {rate:,.0f} rec/s" for kind, rate in got.items()))
         if i:
             for kind, rate in got.items():
                 rates[kind].append(rate)
+            for kind, spent in costs.items():
+                for side in spent:
+                    spent[side].append(cpu[kind].get(side, float("nan")))
     median = {kind: statistics.median(v) for kind, v in rates.items()}
+    cost = {kind: {side: statistics.median(v) for side, v in spent.items()} for kind, spent in costs.items()}
+    rf1, rf3 = cost["rf1_acks_1"], cost["rf3_acks_all"]
     return {
         **{f"{kind}_records_per_s": v for kind, v in rates.items()},
         "record_bytes": 1024,
         "ratio_of_medians": median["rf3_acks_all"] / median["rf1_acks_1"],
         "idempotent_ratio_of_medians": median["rf3_acks_all_idempotent"] / median["rf1_acks_all_idempotent"],
         "target": TARGETS["replication_ratio"],
+        # CPU-s per million records (medians): the three brokers together, and the producer process.
+        "cpu_per_million": costs,
+        # What the ratio would be, both runs CPU-bound on the same cores, if each follower copy cost what the
+        # leader's own append of the record costs at RF1: the brokers' 3 x RF1 plus the producer's RF3 cost.
+        "ratio_if_replication_cost_two_more_appends": (rf1["brokers"] + rf1["producer"])
+        / (3 * rf1["brokers"] + rf3["producer"]),
     }
 
 
@@ -348,6 +386,13 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| 1 KiB, 6 partitions: RF3 acks=all / RF1 acks=1 | {s['ratio_of_medians']:.2f} "
                      f"({statistics.median(s['rf3_acks_all_records_per_s']):,.0f} / "
                      f"{statistics.median(s['rf1_acks_1_records_per_s']):,.0f} rec/s) | >= 0.5 |")  # fmt: skip
+        c = {kind: {side: statistics.median(v) for side, v in spent.items()}
+             for kind, spent in s["cpu_per_million"].items()}  # fmt: skip
+        lines.append(f"| CPU-s per million records, brokers + producer: RF3 acks=all / RF1 acks=1 | "
+                     f"{c['rf3_acks_all']['brokers']:.1f} + {c['rf3_acks_all']['producer']:.1f} / "
+                     f"{c['rf1_acks_1']['brokers']:.1f} + {c['rf1_acks_1']['producer']:.1f} | |")  # fmt: skip
+        lines.append(f"| ratio if each follower copy cost the brokers what an RF1 append does | "
+                     f"{s['ratio_if_replication_cost_two_more_appends']:.2f} | |")  # fmt: skip
         lines.append(f"| same, idempotent producer: RF3 / RF1, both acks=all | "
                      f"{s['idempotent_ratio_of_medians']:.2f} "
                      f"({statistics.median(s['rf3_acks_all_idempotent_records_per_s']):,.0f} / "
