@@ -1,8 +1,8 @@
 """FetchResponse v12-v15 encoded by hand for followers' fetches: at RF 3 every append is answered to two
 followers, and kio's generic writer copies each partition's records into a growing buffer field by field.
-Here the fixed fields of a partition go in one pack, and the records are copied once, when the frame is joined. Anything this encoder does
-not write (a current leader or snapshot id tag) falls back to kio (None). `tests/unit/protocol` checks these
-bytes against kio's encoder.
+Here the fixed fields of a partition go in one pack, and the records are copied once, when the frame is joined.
+Anything this encoder does not write (a current leader or snapshot id tag) falls back to kio (None).
+`tests/unit/protocol` checks these bytes against kio's encoder.
 """
 
 from __future__ import annotations
