@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from broker_runtime.protocol.framing import FrameError, encode_response
+from broker_runtime.protocol.framing import Chunk, FrameError, encode_response
 
 _SIZE = struct.Struct(">i")
 API_VERSIONS = 18  # answered with response header v0 at every version (KIP-511)
@@ -50,7 +50,7 @@ class Slot:
         self.correlation_id = correlation_id
         self.header_v0 = header_v0
         self.done = False
-        self.payload: bytes | None = None
+        self.payload: bytes | tuple[Chunk, ...] | None = None  # a tuple: chunks of one frame, sent in order
 
 
 class ServerConnection:
@@ -171,8 +171,9 @@ class ServerConnection:
             slot.payload = encode_response(slot.correlation_id, response, header_v0=slot.header_v0)
         slot.done = True
 
-    def data_to_send(self) -> list[bytes]:
-        """Responses that may leave now: those of the completed requests at the head of the order."""
+    def data_to_send(self) -> list[bytes | tuple[Chunk, ...]]:
+        """Responses that may leave now: those of the completed requests at the head of the order (a large one
+        as a tuple of chunks, see `frame_chunks`)."""
         out = []
         slots = self._slots
         while slots and slots[0].done:

@@ -29,7 +29,7 @@ from broker_runtime.errors import CloseConnection
 from broker_runtime.handlers.context import RequestContext
 from broker_runtime.protocol.apis import ApiKey
 from broker_runtime.protocol.connection import Frame, ServerConnection, Slot
-from broker_runtime.protocol.framing import FrameError, RequestHeader, parse_header
+from broker_runtime.protocol.framing import FrameError, RequestHeader, frame_chunks, parse_header
 
 if TYPE_CHECKING:
     from broker_runtime.server.listener import Listener
@@ -309,10 +309,14 @@ class KafkaConnection(asyncio.Protocol):
     def _flush(self, now_ms: int) -> None:
         out = self._core.data_to_send()
         if out and self._transport is not None:
-            if len(out) == 1:
+            if len(out) == 1 and not isinstance(out[0], tuple):
                 self._transport.write(out[0])
-            else:
-                self._transport.writelines(out)
+            else:  # small answers in one send, a large part (a follower's records) in its own
+                chunks = (
+                    c for payload in out for c in (payload if isinstance(payload, tuple) else (payload,))
+                )
+                for chunk in frame_chunks(chunks):
+                    self._transport.write(chunk)
             self._last_activity = now_ms
 
     def _release(self, n: int) -> None:

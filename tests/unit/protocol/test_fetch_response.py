@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import struct
 import uuid
 
 import pytest
@@ -13,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
 from broker_runtime.protocol.fetch_response import FIRST_VERSION, LAST_VERSION, encode_fetch_response
+from broker_runtime.protocol.framing import SEPARATE_CHUNK_BYTES, encode_response
 from broker_runtime.protocol.messages import make, response_module
 
 partition = st.fixed_dictionaries({
@@ -82,3 +84,17 @@ def test_a_response_with_fields_it_does_not_write_is_left_to_kio() -> None:
     assert encode_fetch_response(12, leader) is None
     assert encode_fetch_response(11, _response(11, one, 0, 0)) is None
     assert encode_fetch_response(16, _response(16, one, 0, 0)) is None
+
+
+@pytest.mark.parametrize("version", [12, 13])
+def test_large_records_leave_uncopied_in_chunks_that_make_kios_frame(version: int) -> None:
+    big, small = b"r" * (SEPARATE_CHUNK_BYTES + 1), b"s" * 700
+    p = {"partition_index": 0, "error_code": 0, "high_watermark": 5, "last_stable_offset": 5, "log_start_offset": 0,
+         "aborted": None, "preferred_read_replica": -1, "diverging": None}  # fmt: skip
+    response = _response(version, [("t", uuid.uuid4(), [{**p, "records": big}, {**p, "partition_index": 1,
+                                                                                  "records": small}])], 0, 0)  # fmt: skip
+    chunks = encode_response(7, encode_fetch_response(version, response))
+    assert isinstance(chunks, tuple)
+    assert any(chunk is big for chunk in chunks), "the large records were copied"
+    body = _kio_bytes(response)
+    assert b"".join(chunks) == struct.pack(">ii", 4 + 1 + len(body), 7) + b"\x00" + body

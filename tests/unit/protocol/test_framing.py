@@ -10,9 +10,11 @@ from hypothesis import strategies as st
 from broker_runtime.handlers.api_versions import unsupported_version_response
 from broker_runtime.protocol.apis import CORE_API_VERSIONS
 from broker_runtime.protocol.framing import (
+    SEPARATE_CHUNK_BYTES,
     FrameError,
     decode_body,
     encode_response,
+    frame_chunks,
     parse_header,
 )
 
@@ -56,3 +58,10 @@ def test_garbage_never_raises_anything_but_frame_error(data: bytes) -> None:
             decode_body(header, view, pos)
     except FrameError:
         pass
+
+
+def test_frame_chunks_join_runs_of_small_parts_and_leave_large_ones_alone() -> None:
+    large = b"L" * SEPARATE_CHUNK_BYTES
+    chunks = frame_chunks([b"a", b"b", large, b"c", large, b"d", b"e"])
+    assert chunks == (b"ab", large, b"c", large, b"de")
+    assert chunks[1] is large and chunks[3] is large
