@@ -101,11 +101,7 @@ class _ResponseReader(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._on_lost(exc if exc is not None else ConnectionError("connection closed"))
-        self._writing_paused = False
-        for waiter in self._drained:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._drained.clear()
+        self.resume_writing()  # a writer waiting to drain finds the connection closed
 
     def pause_writing(self) -> None:
         self._writing_paused = True

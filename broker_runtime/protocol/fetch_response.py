@@ -1,6 +1,6 @@
 """FetchResponse v12-v15 encoded by hand for followers' fetches: at RF 3 every append is answered to two
 followers, and kio's generic writer copies each partition's records into a growing buffer field by field.
-Here the fixed fields of a partition go in one pack, and the records are copied once, when the frame is joined.
+Here the fixed fields of a partition go in one pack, and the records stay parts of their own (framing.EncodedBody).
 Anything this encoder does not write (a current leader or snapshot id tag) falls back to kio (None).
 `tests/unit/protocol` checks these bytes against kio's encoder.
 """
@@ -61,7 +61,7 @@ def encode_fetch_response(version: int, response: Any) -> EncodedBody | None:
                 out += b"\x00"
             else:
                 write_uvarint(out, len(records) + 1)
-                if len(records) > 512:  # joined with the frame rather than copied into a growing buffer
+                if len(records) > 512:  # a part of its own rather than copied into a growing buffer
                     parts.append(out)
                     parts.append(records)
                     out = bytearray()

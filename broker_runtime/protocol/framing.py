@@ -47,8 +47,8 @@ class RequestHeader(NamedTuple):  # a tuple: built per request, cheaper than a f
 
 
 class EncodedBody(NamedTuple):
-    """A response body already in wire form (hand-encoded hot-path responses), as parts in order: the frame is
-    joined once, so large records are copied once on their way to the socket."""
+    """A response body already in wire form (hand-encoded hot-path responses), as parts in order: framed by
+    `encode_response`, small parts are joined once and large ones (records) are sent as they are."""
 
     parts: tuple[bytes | bytearray | memoryview, ...]
     flexible: bool
@@ -184,9 +184,8 @@ def encode_response(
             _CORRELATION.pack(correlation_id),
             tag,
         )
-        if all(len(part) < SEPARATE_CHUNK_BYTES for part in parts):
-            return b"".join((*head, *parts))
-        return frame_chunks((*head, *parts))
+        chunks = frame_chunks((*head, *parts))
+        return chunks[0] if len(chunks) == 1 else chunks
     out = io.BytesIO()
     out.write(b"\x00\x00\x00\x00")
     out.write(_CORRELATION.pack(correlation_id))
