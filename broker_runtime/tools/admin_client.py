@@ -215,10 +215,12 @@ class AdminClient:
 
     # --- the cluster ------------------------------------------------------------------------------------------
 
-    def metadata(self, topics: Iterable[str] | None = None) -> Any:
-        """Brokers and topics (every topic with None); never creates a topic."""
+    def metadata(self, topics: Iterable[str] | None = None, node: Node | None = None) -> Any:
+        """Brokers and topics (every topic with None), as `node` (any bootstrap broker by default) knows them;
+        never creates a topic."""
         return self.request(
             ApiKey.METADATA,
+            node,
             topics=None if topics is None else (
                 lambda m: tuple(m.MetadataRequestTopic(name=t, topic_id=None) for t in topics)
             ),

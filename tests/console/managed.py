@@ -19,7 +19,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from kio.schema.errors import ErrorCode
 
+from broker_runtime.tools.admin_client import AdminClient
 from tests.console.conftest import REPO, wait_for
 
 #: The operations tests' clusters: three replicas by default (the audit topic's, as deploy/cluster.properties),
@@ -271,15 +273,22 @@ def managed_fixture(settings, tmp_path, zookeeper, redis_url, transactional_db, 
             topic = NewTopic(name, -1, -1, replica_assignments=dict(enumerate(assignment)))
             client._kafka_python_admin().create_topics([topic])
 
-            def ready():
-                topic = client.metadata(max_age_s=0).topics.get(name)
-                return (
-                    topic
-                    and all(p.leader >= 0 for p in topic.partitions)
-                    and len(topic.partitions) == len(assignment)
-                )
+            def ready(admin: AdminClient) -> bool:
+                # Every broker must know it: a proposal reads the metadata of whichever broker it asks, and
+                # brokers learn of a topic from the controller one after another.
+                for node in admin.nodes():
+                    try:
+                        (topic,) = admin.metadata([name], node).topics
+                    except OSError:  # a broker that just stopped, still named by another
+                        return False
+                    if topic.error_code != ErrorCode.none or len(topic.partitions) != len(assignment):
+                        return False
+                    if any(p.leader_id < 0 for p in topic.partitions):
+                        return False
+                return True
 
-            wait_for(ready, timeout=60, what=f"topic {name} with leaders")
+            with AdminClient(self.cluster.bootstrap_servers) as admin:
+                wait_for(lambda: ready(admin), timeout=60, what=f"topic {name} with leaders on every broker")
             return name
 
         def replicas(self, topic: str) -> dict[int, list[int]]:
