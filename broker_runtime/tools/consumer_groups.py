@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.tools import run
 from broker_runtime.tools.admin_client import EARLIEST, LATEST, AdminClient, AdminError, load_properties
 
 MISSING = "-"
@@ -649,4 +650,4 @@ def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

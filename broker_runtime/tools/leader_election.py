@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.tools import run
 from broker_runtime.tools.admin_client import AdminClient, AdminError, load_properties
 
 ELECTION_TYPES = {"preferred": 0, "unclean": 1}
@@ -120,4 +121,4 @@ def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from broker_runtime.cluster.topics import assign_replicas
 from broker_runtime.errors import KafkaError
+from broker_runtime.tools import run
 from broker_runtime.tools.admin_client import (
     BROKER_RESOURCE,
     TOPIC_RESOURCE,
@@ -327,4 +328,4 @@ def main(argv: Sequence[str] | None = None, out=None, err=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from broker_runtime.tools import run
 from broker_runtime.tools.admin_client import TOPIC_RESOURCE, AdminClient, AdminError, load_properties
 
 DEFAULT_SOURCE = 5  # DescribeConfigs: DEFAULT_CONFIG
@@ -286,4 +287,4 @@ def _message(exc: Exception) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))
