@@ -3,8 +3,11 @@
 ZooKeeper (Debian's package, deploy/zookeeper.py) keeps its data in var/cluster/zookeeper and listens on
 127.0.0.1:2181; if a ZooKeeper already answers there it is used and left running. The brokers use
 deploy/cluster.properties with `zookeeper.connect=127.0.0.1:2181/odradek`, listen on 127.0.0.1:9092-9094, serve
-Prometheus metrics at http://127.0.0.1:9644-9646/metrics (odradek.metrics.listener) and keep their logs in var/cluster/broker-<id> (each broker's output in broker.log there). A second run reuses all of it.
-Ctrl-C (or SIGTERM) stops the brokers with a controlled shutdown, then ZooKeeper if this script started it.
+Prometheus metrics at http://127.0.0.1:9644-9646/metrics (odradek.metrics.listener) and keep their logs in
+var/cluster/broker-<id> (each broker's output in broker.log there). A second run reuses all of it.
+A broker that exits (kill -9 of a leader, to watch the failover) is reported and the others go on; Enter, typed in
+the terminal, starts it again. Ctrl-C (or SIGTERM, or the terminal closing) stops the brokers with a controlled
+shutdown, then ZooKeeper if this script started it.
 
     python deploy/cluster.py [--brokers 3] [--base-port 9092] [--metrics-base-port 9644] [--zookeeper-port 2181]
                              [--data-dir var/cluster]
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -47,6 +51,21 @@ def api_versions_ready(host: str, port: int) -> bool:
             return len(s.recv(8)) >= 8
     except OSError:
         return False
+
+
+def enter_pressed(timeout: float) -> bool:
+    """Waits up to `timeout` for a line typed on the terminal. Only while this process is in the terminal's
+    foreground: a background process reading it would be stopped (SIGTTIN), and `make cluster &` must go on."""
+    try:
+        foreground = os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:  # not a terminal
+        foreground = False
+    if not foreground:
+        time.sleep(timeout)
+        return False
+    if not select.select([sys.stdin], [], [], timeout)[0]:
+        return False
+    return sys.stdin.readline() != ""
 
 
 class BrokerChild:
@@ -129,41 +148,48 @@ def main(argv: list[str] | None = None) -> int:
         nonlocal stopping
         stopping = True
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    for broker in brokers:
-        broker.start()
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while not stopping and not all(api_versions_ready("127.0.0.1", b.port) for b in brokers):
-        dead = [b for b in brokers if not b.alive]
-        if dead or time.monotonic() > deadline:
-            for b in dead or brokers:
-                print(f"broker {b.broker_id} did not start; see {b.dir / 'broker.log'}", file=sys.stderr)
-            stopping = True
-            break
-        time.sleep(0.2)
-    if not stopping:
-        bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in brokers)
-        print(f"cluster of {len(brokers)} brokers running", flush=True)
-        print(f"  bootstrap servers: {bootstrap}", flush=True)
-        print(f"  zookeeper.connect: {zookeeper_connect}   (zkCli.sh -server {zk_address}, then ls {CHROOT})",
-              flush=True)  # fmt: skip
-        print(f"  data and logs:     {data_dir}   (Ctrl-C stops everything)", flush=True)
-    while not stopping:
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGHUP: the terminal went away
+        signal.signal(signum, on_signal)
+    interactive = os.isatty(0)
+    try:
+        for broker in brokers:
+            broker.start()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not stopping and not all(api_versions_ready("127.0.0.1", b.port) for b in brokers):
+            dead = [b for b in brokers if not b.alive]
+            if dead or time.monotonic() > deadline:
+                for b in dead or brokers:
+                    print(f"broker {b.broker_id} did not start; see {b.dir / 'broker.log'}", file=sys.stderr)
+                stopping = True
+                break
+            time.sleep(0.2)
+        if not stopping:
+            bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in brokers)
+            print(f"cluster of {len(brokers)} brokers running", flush=True)
+            print(f"  bootstrap servers: {bootstrap}", flush=True)
+            print(f"  zookeeper.connect: {zookeeper_connect}   (zkCli.sh -server {zk_address}, then ls {CHROOT})",
+                  flush=True)  # fmt: skip
+            print(f"  data and logs:     {data_dir}   (Ctrl-C stops everything)", flush=True)
+        while not stopping:
+            for b in brokers:
+                if b.proc is not None and not b.alive:  # reported once; the others go on, as a cluster does
+                    print(f"broker {b.broker_id} exited with code {b.proc.returncode}; see {b.dir / 'broker.log'}"
+                          + ("; press Enter to start it again" if interactive else ""),
+                          file=sys.stderr, flush=True)  # fmt: skip
+                    b.proc = None
+            if enter_pressed(0.5):
+                for b in brokers:
+                    if b.proc is None:
+                        print(f"starting broker {b.broker_id} again", flush=True)
+                        b.start()
+    finally:  # whatever ends the run, no broker or ZooKeeper of it is left running
+        print("stopping the brokers (controlled shutdown)...", flush=True)
         for b in brokers:
-            if not b.alive:
-                print(f"broker {b.broker_id} exited with code {b.proc.returncode}; see {b.dir / 'broker.log'}",
-                      file=sys.stderr, flush=True)  # fmt: skip
-                b.proc = None
-        time.sleep(0.5)
-
-    print("stopping the brokers (controlled shutdown)...", flush=True)
-    for b in brokers:
-        b.stop()
-    codes = [b.wait(60) for b in brokers]
-    if zookeeper is not None:
-        zookeeper.stop()
-    print("stopped", flush=True)
+            b.stop()
+        codes = [b.wait(60) for b in brokers]
+        if zookeeper is not None:
+            zookeeper.stop()
+        print("stopped", flush=True)
     return 0 if all(code in (0, None) for code in codes) else 1
 
 

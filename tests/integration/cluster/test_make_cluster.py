@@ -1,0 +1,151 @@
+"""`make cluster` (deploy/cluster.py) run in a terminal as a user runs it: a broker killed with kill -9 is reported
+once while the others go on, Enter starts it again, Ctrl-C stops everything the run started."""
+
+from __future__ import annotations
+
+import os
+import pty
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+pytestmark = pytest.mark.odradek_only
+
+REPO = Path(__file__).resolve().parents[3]
+DEADLINE_S = 90.0
+
+
+def consecutive_free_ports(count: int) -> int:
+    """The first of `count` consecutive ports on 127.0.0.1 that nobody listens on right now."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + count > 65535:
+            continue
+        held = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                held.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    raise RuntimeError("no run of free ports")
+
+
+class Terminal:
+    """The pseudo-terminal `make cluster` runs in: what it printed, and keys typed into it."""
+
+    def __init__(self, master: int) -> None:
+        self.master = master
+        self.text = ""
+        self._changed = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.master, 4096)
+            except OSError:  # the other side closed
+                chunk = b""
+            with self._changed:
+                self.text += chunk.decode(errors="replace").replace("\r\n", "\n")
+                self._changed.notify_all()
+            if not chunk:
+                return
+
+    def wait_for(self, text: str, count: int = 1) -> None:
+        with self._changed:
+            if not self._changed.wait_for(lambda: self.text.count(text) >= count, DEADLINE_S):
+                raise AssertionError(f"{text!r} not printed; the terminal shows:\n{self.text}")
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.master, keys)
+
+
+def processes_using(path: Path) -> dict[int, str]:
+    """Live processes whose command line names `path`: pid -> command line."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if str(path) in cmdline:
+                found[int(entry)] = cmdline
+    return found
+
+
+def wait_until(predicate, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_make_cluster_reports_a_killed_broker_starts_it_again_on_enter_and_stops_on_ctrl_c(
+    zookeeper, tmp_path: Path
+) -> None:
+    data = tmp_path / "cluster"
+    command = [sys.executable, "deploy/cluster.py", "--base-port", str(consecutive_free_ports(3)),
+               "--metrics-base-port", str(consecutive_free_ports(3)), "--zookeeper-port", str(zookeeper.port),
+               "--data-dir", str(data)]  # fmt: skip
+    master, follower = pty.openpty()
+    # The terminal becomes the controlling terminal of the run's own session (as a shell's is), so Ctrl-C and the
+    # foreground check behave as they do for a user; exec keeps the process.
+    take_terminal = "; ".join([
+        "import fcntl, os, sys, termios", "fcntl.ioctl(0, termios.TIOCSCTTY, 0)", "os.execv(sys.argv[1], sys.argv[1:])"
+    ])  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", take_terminal, *command], cwd=REPO, stdin=follower,
+                            stdout=follower, stderr=follower, start_new_session=True)  # fmt: skip
+    os.close(follower)
+    terminal = Terminal(master)
+    zk = KazooClient(hosts=zookeeper.address)
+    zk.start()
+    try:
+        terminal.wait_for("cluster of 3 brokers running")
+
+        def registered() -> set[int]:
+            return {int(i) for i in zk.get_children("/odradek/brokers/ids")}
+
+        assert registered() == {0, 1, 2}
+        (broker_1,) = processes_using(data / "broker-1" / "logs")
+        os.kill(broker_1, signal.SIGKILL)
+        terminal.wait_for("broker 1 exited with code -9")
+        wait_until(
+            lambda: registered() == {0, 2}, "broker 1's session to expire"
+        )  # many rounds of the run's loop
+        assert proc.poll() is None, terminal.text
+        assert terminal.text.count("exited with code") == 1
+        assert "press Enter to start it again" in terminal.text
+
+        terminal.type(b"\n")
+        terminal.wait_for("starting broker 1 again")
+        wait_until(lambda: registered() == {0, 1, 2}, "broker 1 registered again")
+
+        terminal.type(b"\x03")  # Ctrl-C: SIGINT to the terminal's foreground process group
+        assert proc.wait(DEADLINE_S) == 0, terminal.text
+        terminal.wait_for("stopped")
+        assert processes_using(data) == {}
+        assert zookeeper.alive  # a ZooKeeper the run did not start is left running
+    finally:
+        zk.stop()
+        zk.close()
+        if proc.poll() is None:
+            proc.kill()
+        for pid in processes_using(data):
+            os.kill(pid, signal.SIGKILL)
+        os.close(master)
