@@ -114,13 +114,6 @@ def translate(exc: BaseException, *, what: str = "", field: str | None = None) -
     return ConsoleError(f"{what}: {exc}" if what else str(exc))
 
 
-def _result(future: Future, *, what: str, timeout: float, field: str | None = None) -> Any:
-    try:
-        return future.result(timeout=timeout)
-    except Exception as exc:
-        raise translate(exc, what=what, field=field) from exc
-
-
 # ----------------------------------------------------------------------------------------------------------
 # plain data the pages and the API render
 
@@ -286,6 +279,25 @@ class ClusterClient:
         #: Each broker's rack as DescribeCluster last said (Metadata through librdkafka does not carry it).
         self.known_racks: dict[int, str | None] = {}
 
+    def _result(self, future: Future, *, what: str, timeout: float, field: str | None = None) -> Any:
+        try:
+            return future.result(timeout=timeout)
+        except Exception as exc:
+            error = translate(exc, what=what, field=field)
+            if isinstance(error, Unavailable) and "controller" in str(error):
+                self._refresh_controller()
+            raise error from exc
+
+    def _refresh_controller(self) -> None:
+        """Ask for Metadata again after a wait for the controller failed. librdkafka keeps the controller a
+        Metadata answer named and waits for that broker to come back, asking again only every
+        topic.metadata.refresh.interval.ms (5 min): a Metadata answer given just after the controller's broker
+        stopped, before the new controller has told every broker, names the stopped one. The next call then
+        reaches the new controller (the caller asks again, as for any Unavailable)."""
+        with contextlib.suppress(Exception):
+            self.admin.list_topics(timeout=min(self.timeout_s, 5.0))
+        self.invalidate()
+
     # -- metadata
 
     def metadata(self, *, max_age_s: float = METADATA_MAX_AGE_S) -> Metadata:
@@ -326,7 +338,7 @@ class ClusterClient:
         """(cluster id, controller id, live brokers with their racks). `timeout_s` bounds the wait below the
         client's timeout, for pages that can do with Metadata while the controller is being replaced."""
         wait_s = timeout_s or self.timeout_s
-        result = _result(
+        result = self._result(
             self.admin.describe_cluster(request_timeout=wait_s),
             what="describing the cluster",
             timeout=wait_s + (0.2 if timeout_s else 1),
@@ -340,7 +352,7 @@ class ClusterClient:
 
     def _describe_configs(self, resource: ConfigResource, what: str) -> list[ConfigRow]:
         futures = self.admin.describe_configs([resource], request_timeout=self.timeout_s)
-        entries = _result(next(iter(futures.values())), what=what, timeout=self.timeout_s + 1)
+        entries = self._result(next(iter(futures.values())), what=what, timeout=self.timeout_s + 1)
         return _config_rows(entries)
 
     def topic_configs(self, topic: str) -> list[ConfigRow]:
@@ -358,7 +370,7 @@ class ClusterClient:
         )
         out = {}
         for resource, future in futures.items():
-            entries = _result(future, what="topic configs", timeout=self.timeout_s + 1)
+            entries = self._result(future, what="topic configs", timeout=self.timeout_s + 1)
             out[resource.name] = {e.name: e.value for e in entries.values()}
         return out
 
@@ -382,7 +394,7 @@ class ClusterClient:
         ]
         resource = ConfigResource(kind, name, incremental_configs=entries)
         futures = self.admin.incremental_alter_configs([resource], request_timeout=self.timeout_s)
-        _result(
+        self._result(
             next(iter(futures.values())),
             what=f"altering {resource_type} {name}",
             timeout=self.timeout_s + 1,
@@ -419,14 +431,14 @@ class ClusterClient:
         futures = self.admin.delete_topics(
             [name], request_timeout=self.timeout_s, operation_timeout=self.timeout_s
         )
-        _result(futures[name], what=f"deleting topic {name!r}", timeout=self.timeout_s + 1)
+        self._result(futures[name], what=f"deleting topic {name!r}", timeout=self.timeout_s + 1)
         self.invalidate()
 
     def create_partitions(self, name: str, total: int) -> None:
         futures = self.admin.create_partitions(
             [NewPartitions(name, total)], request_timeout=self.timeout_s, operation_timeout=self.timeout_s
         )
-        _result(
+        self._result(
             futures[name], what=f"adding partitions to {name!r}", timeout=self.timeout_s + 1, field="count"
         )
         self.invalidate()
@@ -440,7 +452,7 @@ class ClusterClient:
         )
         out = {}
         for tp, future in futures.items():
-            deleted = _result(
+            deleted = self._result(
                 future, what=f"deleting records of {name}-{tp.partition}", timeout=self.timeout_s + 1
             )
             out[tp.partition] = deleted.low_watermark
@@ -463,7 +475,9 @@ class ClusterClient:
         isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
         futures = self.admin.list_offsets(request, isolation_level=isolation, request_timeout=self.timeout_s)
         return {
-            (tp.topic, tp.partition): _result(f, what="listing offsets", timeout=self.timeout_s + 1).offset
+            (tp.topic, tp.partition): self._result(
+                f, what="listing offsets", timeout=self.timeout_s + 1
+            ).offset
             for tp, f in futures.items()
         }
 
@@ -608,7 +622,7 @@ class ClusterClient:
     # -- groups
 
     def list_groups(self) -> list[GroupListing]:
-        result = _result(
+        result = self._result(
             self.admin.list_consumer_groups(request_timeout=self.timeout_s),
             what="listing consumer groups",
             timeout=self.timeout_s + 1,
@@ -624,7 +638,7 @@ class ClusterClient:
         futures = self.admin.describe_consumer_groups(group_ids, request_timeout=self.timeout_s)
         out = {}
         for group_id, future in futures.items():
-            d = _result(future, what=f"describing group {group_id!r}", timeout=self.timeout_s + 1)
+            d = self._result(future, what=f"describing group {group_id!r}", timeout=self.timeout_s + 1)
             members = tuple(
                 MemberInfo(
                     m.member_id,
@@ -661,7 +675,7 @@ class ClusterClient:
             )
         out = {}
         for group_id, future in futures.items():
-            res = _result(future, what=f"offsets of group {group_id!r}", timeout=self.timeout_s + 1)
+            res = self._result(future, what=f"offsets of group {group_id!r}", timeout=self.timeout_s + 1)
             out[group_id] = {
                 (tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0
             }
@@ -672,7 +686,7 @@ class ClusterClient:
             group_id, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
         )
         futures = self.admin.alter_consumer_group_offsets([request], request_timeout=self.timeout_s)
-        res = _result(
+        res = self._result(
             futures[group_id], what=f"resetting offsets of {group_id!r}", timeout=self.timeout_s + 1
         )
         failed = [tp for tp in res.topic_partitions if tp.error is not None]
@@ -683,7 +697,7 @@ class ClusterClient:
 
     def delete_group(self, group_id: str) -> None:
         futures = self.admin.delete_consumer_groups([group_id], request_timeout=self.timeout_s)
-        _result(futures[group_id], what=f"deleting group {group_id!r}", timeout=self.timeout_s + 1)
+        self._result(futures[group_id], what=f"deleting group {group_id!r}", timeout=self.timeout_s + 1)
 
     # -- producing
 

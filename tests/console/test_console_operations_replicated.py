@@ -197,3 +197,51 @@ def test_raising_a_replication_factor(managed, api):
     op = wait_state(created["id"], "done", "failed", timeout=TIMEOUT_S)
     assert op.state == "done", op.error
     assert all(sorted(r) == [0, 1, 2] == isr for r, isr in in_sync(cluster, topic).values())
+
+
+def test_the_console_client_finds_the_new_controller_after_an_answer_named_the_dead_one(managed):
+    """A broker answering Metadata after the controller's broker died, before the new controller has told it, names
+    the dead broker, and librdkafka then waits for that broker to come back (asking again only every 5 min). The
+    console's client asks for Metadata again when a wait for the controller fails, so that the next call reaches the
+    new controller: without it, a decommission of the controller's broker failed after 120 s of retries."""
+    from broker_runtime.tools.admin_client import AdminClient
+    from console.clusters.client import ClusterClient
+    from console.errors import Unavailable
+
+    cluster = managed.cluster
+    client = ClusterClient(cluster.bootstrap_servers, timeout_s=1)
+    old = client.describe_cluster(timeout_s=10)[1]
+    spec = broker_rows(cluster)[old]
+    os.kill(spec.pid, signal.SIGKILL)
+    type(spec).objects.filter(pk=spec.pk).update(should_run=False)  # the supervisor leaves it down
+
+    def metadata():  # the first tries may go to the dead broker, before librdkafka has seen it go
+        try:
+            return client.metadata(max_age_s=0)
+        except Unavailable:
+            return None
+
+    # asked while the dead broker's session lasts (3 s): every live broker still names it
+    assert wait_for(metadata, timeout=3, what="metadata").controller_id == old
+
+    def every_live_broker_names_a_new_controller() -> bool:
+        try:
+            with AdminClient(cluster.bootstrap_servers) as admin:
+                named = {
+                    admin.metadata([], node).controller_id for node in admin.nodes() if node.node_id != old
+                }
+        except OSError:  # the dead broker, still named
+            return False
+        return len(named) == 1 and old not in named and -1 not in named
+
+    wait_for(
+        every_live_broker_names_a_new_controller, timeout=60, what="a new controller known to every broker"
+    )
+    answers: list[int | str | None] = []
+    for _ in range(2):
+        try:
+            answers.append(client.describe_cluster(timeout_s=10)[1])
+            break
+        except Unavailable as exc:  # the wait for the dead controller: the client asks for Metadata again
+            answers.append(str(exc))
+    assert isinstance(answers[-1], int) and answers[-1] != old, answers
