@@ -53,6 +53,12 @@ def api_versions_ready(host: str, port: int) -> bool:
         return False
 
 
+def say(text: str) -> None:
+    """Print, unless the terminal has gone (the run is then stopping, and must still stop what it started)."""
+    with contextlib.suppress(OSError):
+        print(text, flush=True)
+
+
 def enter_pressed(timeout: float) -> bool:
     """Waits up to `timeout` for a line typed on the terminal. Only while this process is in the terminal's
     foreground: a background process reading it would be stopped (SIGTTIN), and `make cluster &` must go on."""
@@ -183,13 +189,13 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"starting broker {b.broker_id} again", flush=True)
                         b.start()
     finally:  # whatever ends the run, no broker or ZooKeeper of it is left running
-        print("stopping the brokers (controlled shutdown)...", flush=True)
+        say("stopping the brokers (controlled shutdown)...")
         for b in brokers:
             b.stop()
         codes = [b.wait(60) for b in brokers]
         if zookeeper is not None:
             zookeeper.stop()
-        print("stopped", flush=True)
+        say("stopped")
     return 0 if all(code in (0, None) for code in codes) else 1
 
 
