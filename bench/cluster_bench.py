@@ -15,6 +15,10 @@ zookeeper.session.timeout.ms), unpinned; confluent-kafka as the load, the client
   acknowledged steadily for a second, the partition's leader is killed with SIGKILL (target: the longest gap
   between acknowledgements, from the last one before the kill, <= 5 s) or stopped with SIGTERM (controlled
   shutdown: well under 1 s), then restarted and the cluster healed before the next run.
+- latency-1KiB-10k: end-to-end latency at a fixed 10,000 records/s of 1 KiB, RF 3, acks=all, with and without
+  idempotence (performance.md's S3 run: floor p99 <= 50 ms, goal <= 10 ms), measured as bench/run.py measures one
+  broker: open loop, each record stamped with its intended send time, a consumer in its own process; a run that
+  falls below 98 % of the rate is saturated and its times are not latencies.
 - multi-producer-100B: several producer processes at 100 B, acks=1, 6 partitions, so that the broker, not one
   Python client, is the bottleneck: a standalone Odradek broker (RF 1) beside Tansu 0.6 (in-memory, no fsync, no
   replication: labelled so), and the three-broker cluster at RF 3 acks=all.
@@ -52,6 +56,8 @@ from deploy.zookeeper import ZooKeeperServer  # noqa: E402
 
 MULTI_CAP_S = 30.0  # each producer process stops sending after this long (a slow target bounds the run)
 TARGETS = {"replication_ratio": 0.5, "outage_kill9_s": 5.0, "outage_controlled_s": 1.0}
+# performance.md's e2e p99 floor and goal for S3 acks=all at 10k records/s of 1 KiB (ms)
+LATENCY_P99_MS = {"floor": 50.0, "goal": 10.0}
 
 
 def log(msg: str) -> None:
@@ -140,6 +146,10 @@ class Cluster:
             if b.alive:
                 b.signal(signal.SIGTERM)
         self.zookeeper.stop()
+
+    def cpu(self) -> float:
+        """CPU seconds of the three broker processes together."""
+        return sum(single.proc_cpu_seconds(b.proc.pid) for b in self.brokers.values() if b.alive)
 
     def state(self, topic: str, partition: int) -> dict:
         return json.loads(self._zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")[0])
@@ -403,6 +413,22 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"| {label} | max {r[key]['max_s']:.2f} s, median {r[key]['median_s']:.2f} s | {target} |"
             )
+    for kind, label in (("acks_all", "RF3 acks=all"), ("acks_all_idempotent", "RF3 acks=all, idempotent")):
+        s = r.get("latency", {}).get(kind)
+        if s is None:
+            continue
+        name = f"e2e latency, 10k rec/s of 1 KiB, {label}"
+        target = f"p99 <= {LATENCY_P99_MS['floor']:.0f} ms (goal {LATENCY_P99_MS['goal']:.0f})"
+        if "error" in s:
+            lines.append(f"| {name} | {s['error']} | {target} |")
+        elif s["saturated"]:
+            lines.append(f"| {name} | saturated: {s['achieved_rate']:,.0f} rec/s, produce-ack p50 "
+                         f"{s['produce_ack']['p50_ms']:,.0f} ms (not latencies) | {target} |")  # fmt: skip
+        else:
+            e = s["e2e"]
+            lines.append(f"| {name}: p50 / p99 / p99.9 / max | {e['p50_ms']:.1f} / {e['p99_ms']:.1f} / "
+                         f"{e['p999_ms']:.1f} / {e['max_ms']:.1f} ms (produce-ack p99 "
+                         f"{s['produce_ack']['p99_ms']:.1f} ms) | {target} |")  # fmt: skip
     if "multi_producer" in r:
         s = r["multi_producer"]
         for key, label in (("single_odradek", "Odradek, one broker, acks=1 (disk)"),
@@ -417,14 +443,14 @@ def markdown(report: dict[str, Any]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", default="ratio,kill9,controlled,multi")
+    ap.add_argument("--only", default="ratio,latency,kill9,controlled,multi")
     args = ap.parse_args()
     only = set(args.only.split(","))
     runs = 1 if args.quick else 3
     report: dict[str, Any] = {
         "time": dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ"), "machine": platform.node(),
         "cpus": os.cpu_count(), "load_average": os.getloadavg(), "quick": args.quick, "scenarios": {},
-        "targets": TARGETS,
+        "targets": {**TARGETS, "latency_p99_ms": LATENCY_P99_MS},
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="odradek-cluster-bench-") as tmp:
         cluster = Cluster(Path(tmp)).start()
@@ -433,6 +459,17 @@ def main() -> int:
             if "ratio" in only:
                 s["replication_ratio"] = replication_ratio(cluster, runs, 20_000 if args.quick else 200_000,
                                                            10 if args.quick else 30)  # fmt: skip
+            if "latency" in only:
+                s["latency"] = {}
+                for kind, idempotent in (("acks_all", False), ("acks_all_idempotent", True)):
+                    try:
+                        s["latency"][kind] = single.run_latency(
+                            cluster, 10_000, 1024, 5 if args.quick else 60, 2 if args.quick else 10,
+                            replication=3, acks="all", idempotent=idempotent,
+                        )  # fmt: skip
+                    except Exception as exc:  # a failed scenario is reported, the others still run
+                        s["latency"][kind] = {"error": repr(exc)}
+                    log(f"latency, {kind}: {s['latency'][kind]}")
             if {"kill9", "controlled"} & only:
                 cluster.create_topic("bench-outage", 1, 3, {"min.insync.replicas": "2"})
             if "kill9" in only:

@@ -301,11 +301,11 @@ def admin(bootstrap: str):
     return AdminClient({"bootstrap.servers": bootstrap})
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 1) -> None:
     from confluent_kafka.admin import NewTopic
 
     a = admin(bootstrap)
-    a.create_topics([NewTopic(name, partitions, 1)], request_timeout=30)[name].result(timeout=30)
+    a.create_topics([NewTopic(name, partitions, replication)], request_timeout=30)[name].result(timeout=30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         t = a.list_topics(timeout=10).topics.get(name)
@@ -518,11 +518,17 @@ def run_latency(
     warmup: float,
     partitions: int = 6,
     linger_ms: int = 5,
+    *,
+    replication: int = 1,
+    acks: str = PRODUCER_CONFIG["acks"],
+    idempotent: bool = False,
 ) -> dict[str, Any]:
+    """Open-loop produce at `rate` with a consumer in its own process measuring end-to-end latency. `broker` is
+    anything with `bootstrap` and `cpu()` (a cluster too)."""
     from confluent_kafka import Producer
 
     topic = f"bench-latency-{uuid.uuid4().hex[:6]}"
-    create_topic(broker.bootstrap, topic, partitions)
+    create_topic(broker.bootstrap, topic, partitions, replication)
     consumer = subprocess.Popen(
         [
             sys.executable,
@@ -553,7 +559,8 @@ def run_latency(
     interval = 1e9 / rate
     t0 = time.monotonic_ns() + 50_000_000
     warm_until = t0 + int(warmup * 1e9)
-    p = Producer({"bootstrap.servers": broker.bootstrap, **PRODUCER_CONFIG, "linger.ms": linger_ms})
+    p = Producer({"bootstrap.servers": broker.bootstrap, **PRODUCER_CONFIG, "linger.ms": linger_ms, "acks": acks,
+                  "enable.idempotence": idempotent})  # fmt: skip
 
     def on_delivery(err, msg):
         if err is None:
@@ -600,7 +607,9 @@ def run_latency(
         "record_bytes": size,
         "partitions": partitions,
         "linger_ms": linger_ms,
-        "acks": PRODUCER_CONFIG["acks"],
+        "replication_factor": replication,
+        "acks": acks,
+        "idempotent": idempotent,
         "measured_seconds": seconds,
         "warmup_seconds": warmup,
         "saturated": saturated,
