@@ -69,9 +69,9 @@ def enter_pressed(timeout: float) -> bool:
     if not foreground:
         time.sleep(timeout)
         return False
-    if not select.select([sys.stdin], [], [], timeout)[0]:
+    if not select.select([0], [], [], timeout)[0]:
         return False
-    return sys.stdin.readline() != ""
+    return os.read(0, 1024) != b""  # a line (a key, if the terminal is not in line mode); b"": closed
 
 
 class BrokerChild:
@@ -143,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         except ZooKeeperError as exc:
             print(f"cluster: {exc}", file=sys.stderr)
             return 1
+        except BaseException:  # Ctrl-C while it starts: it runs in a session of its own, so stop it here
+            zookeeper.stop()
+            raise
 
     brokers = [
         BrokerChild(i, args.base_port + i, args.metrics_base_port + i, data_dir, zookeeper_connect)
@@ -154,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         nonlocal stopping
         stopping = True
 
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGHUP: the terminal went away
-        signal.signal(signum, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # the terminal went away (unless under nohup)
+        signal.signal(signal.SIGHUP, on_signal)
     interactive = os.isatty(0)
     try:
         for broker in brokers:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -36,9 +37,10 @@ class PipeSafeOutput:
     def _drop(self) -> None:
         self.broken = True
         # The interpreter flushes the stream once more on exit: that goes nowhere instead of failing.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, self._stream.fileno())
-        os.close(devnull)
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
@@ -46,6 +48,8 @@ class PipeSafeOutput:
 
 def run(main: Callable[[], int]) -> int:
     """A tool's entry point: its standard streams survive a reader that stops early."""
-    sys.stdout = PipeSafeOutput(sys.stdout)  # type: ignore[assignment]
-    sys.stderr = PipeSafeOutput(sys.stderr)  # type: ignore[assignment]
+    if sys.stdout is not None:  # None: started with its output closed (`>&-`); print() then writes nothing
+        sys.stdout = PipeSafeOutput(sys.stdout)  # type: ignore[assignment]
+    if sys.stderr is not None:
+        sys.stderr = PipeSafeOutput(sys.stderr)  # type: ignore[assignment]
     return main()

@@ -283,20 +283,19 @@ class ClusterClient:
         try:
             return future.result(timeout=timeout)
         except Exception as exc:
-            error = translate(exc, what=what, field=field)
-            if isinstance(error, Unavailable) and "controller" in str(error):
-                self._refresh_controller()
-            raise error from exc
+            raise self._translate(exc, what=what, field=field, timeout=timeout) from exc
 
-    def _refresh_controller(self) -> None:
-        """Ask for Metadata again after a wait for the controller failed. librdkafka keeps the controller a
-        Metadata answer named and waits for that broker to come back, asking again only every
-        topic.metadata.refresh.interval.ms (5 min): a Metadata answer given just after the controller's broker
-        stopped, before the new controller has told every broker, names the stopped one. The next call then
-        reaches the new controller (the caller asks again, as for any Unavailable)."""
-        with contextlib.suppress(Exception):
-            self.admin.list_topics(timeout=min(self.timeout_s, 5.0))
-        self.invalidate()
+    def _translate(self, exc: BaseException, *, what: str, field: str | None, timeout: float) -> ConsoleError:
+        """`translate`; after a failed wait for the controller, first ask for Metadata again. librdkafka keeps the
+        controller a Metadata answer named and waits for that broker to come back, asking again only every
+        topic.metadata.refresh.interval.ms (5 min): an answer given just after the controller's broker stopped,
+        before the new controller had told every broker, names the stopped one. The caller's next attempt (it
+        retries an Unavailable) then reaches the new controller."""
+        if "waiting for controller" in str(exc):
+            with contextlib.suppress(Exception):
+                self.admin.list_topics(timeout=min(timeout, 5.0))
+            self.invalidate()
+        return translate(exc, what=what, field=field)
 
     # -- metadata
 
@@ -424,7 +423,7 @@ class ClusterClient:
         except Exception as exc:
             error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
             field = _CREATE_TOPIC_FIELDS.get(error.code()) if isinstance(error, KafkaError) else None
-            raise translate(exc, what=f"topic {name!r}", field=field) from exc
+            raise self._translate(exc, what=f"topic {name!r}", field=field, timeout=self.timeout_s) from exc
         self.invalidate()
 
     def delete_topic(self, name: str) -> None:

@@ -50,13 +50,15 @@ def consecutive_free_ports(count: int) -> int:
 
 class Terminal:
     """The pseudo-terminal `make cluster` runs in: what it printed, and keys typed into it. Its reader thread alone
-    reads and closes the terminal's master side, so no read ever lands on a descriptor reused after a close."""
+    reads and closes the terminal's master side, so no read or write ever lands on a descriptor reused after a
+    close."""
 
     def __init__(self, master: int) -> None:
         self._master = master
         self.text = ""
         self._changed = threading.Condition()
         self._hang_up = threading.Event()
+        self._closed = False
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -75,7 +77,9 @@ class Terminal:
                     self.text += chunk.decode(errors="replace").replace("\r\n", "\n")
                     self._changed.notify_all()
         finally:
-            os.close(self._master)
+            with self._changed:
+                os.close(self._master)
+                self._closed = True
 
     def wait_for(self, text: str, count: int = 1) -> None:
         with self._changed:
@@ -83,7 +87,11 @@ class Terminal:
                 raise AssertionError(f"{text!r} not printed; the terminal shows:\n{self.text}")
 
     def type(self, keys: bytes) -> None:
-        os.write(self._master, keys)
+        with (
+            self._changed
+        ):  # the reader closes the master side holding it, so this never writes to a reused fd
+            assert not self._closed, "the terminal is closed"
+            os.write(self._master, keys)
 
     def close(self) -> None:
         """The terminal window closes: its processes get SIGHUP."""
@@ -117,9 +125,9 @@ def cluster_in_terminal(zookeeper, data: Path) -> Iterator[tuple[subprocess.Pope
     """`deploy/cluster.py` on the session's ZooKeeper, its data in `data`, in a pseudo-terminal that is the
     controlling terminal of the run's own session (as a shell's is), so that Ctrl-C, a hang-up and the foreground
     check behave as they do for a user. Whatever the test leaves running is killed after it."""
-    command = [sys.executable, "deploy/cluster.py", "--base-port", str(consecutive_free_ports(3)),
-               "--metrics-base-port", str(consecutive_free_ports(3)), "--zookeeper-port", str(zookeeper.port),
-               "--data-dir", str(data)]  # fmt: skip
+    ports = consecutive_free_ports(6)  # the brokers' listeners, then their metrics
+    command = [sys.executable, "deploy/cluster.py", "--base-port", str(ports), "--metrics-base-port", str(ports + 3),
+               "--zookeeper-port", str(zookeeper.port), "--data-dir", str(data)]  # fmt: skip
     take_terminal = "; ".join([
         "import fcntl, os, sys, termios", "fcntl.ioctl(0, termios.TIOCSCTTY, 0)", "os.execv(sys.argv[1], sys.argv[1:])"
     ])  # fmt: skip
@@ -134,8 +142,10 @@ def cluster_in_terminal(zookeeper, data: Path) -> Iterator[tuple[subprocess.Pope
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait(DEADLINE_S)
         for pid in processes_using(data):
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         terminal.close()
 
 
@@ -151,7 +161,7 @@ def test_make_cluster_reports_a_killed_broker_starts_it_again_on_enter_and_stops
             def registered() -> set[int]:
                 return {int(i) for i in zk.get_children("/odradek/brokers/ids")}
 
-            assert registered() == {0, 1, 2}
+            wait_until(lambda: registered() == {0, 1, 2}, "every broker registered")  # after answering
             (broker_1,) = processes_using(data / "broker-1" / "logs")
             os.kill(broker_1, signal.SIGKILL)
             terminal.wait_for("broker 1 exited with code -9")
