@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import random
 import re
 import shutil
 import signal
@@ -64,6 +65,30 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def below_ephemeral_ports() -> int:
+    """The first port the kernel hands out to outgoing connections. A broker's port must lie below it: a killed
+    broker's port above it may be taken by any client's connection before the supervisor restarts the broker,
+    which then cannot bind it."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port_range(count: int) -> int:
+    """The first of `count` consecutive ports nothing listens on or binds, below the ephemeral ports."""
+    for _ in range(200):
+        base = random.randrange(20000, below_ephemeral_ports() - count)
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise AssertionError("no free port range")
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:

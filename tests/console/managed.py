@@ -12,7 +12,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -22,6 +21,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker_runtime.tools.admin_client import AdminClient
+from tests.conftest import free_port_range
 from tests.console.conftest import REPO, wait_for
 
 #: The operations tests' clusters: three replicas by default (the audit topic's, as deploy/cluster.properties),
@@ -34,30 +34,6 @@ OPERATIONS_TEST_DEFAULTS = {
 
 #: Up to a broker's ZooKeeper session (3 s in deploy/cluster.properties) plus its start on a loaded machine.
 BROKER_TIMEOUT_S = 90
-
-
-def below_ephemeral_ports() -> int:
-    """The first port the kernel hands out to outgoing connections. A broker's port must lie below it: a killed
-    broker's port above it may be taken by any client's connection before the supervisor restarts the broker,
-    which then cannot bind it."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_port_range(count: int) -> int:
-    """The first of `count` consecutive ports nothing listens on or binds, below the ephemeral ports."""
-    for _ in range(200):
-        base = random.randrange(20000, below_ephemeral_ports() - count)
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise AssertionError("no free port range")
 
 
 class Supervise:

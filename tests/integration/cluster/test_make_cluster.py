@@ -8,7 +8,6 @@ import os
 import pty
 import select
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,33 +18,12 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from tests.conftest import free_port_range
+
 pytestmark = pytest.mark.odradek_only
 
 REPO = Path(__file__).resolve().parents[3]
 DEADLINE_S = 90.0
-
-
-def consecutive_free_ports(count: int) -> int:
-    """The first of `count` consecutive ports on 127.0.0.1 that nobody listens on right now."""
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + count > 65535:
-            continue
-        held = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise RuntimeError("no run of free ports")
 
 
 class Terminal:
@@ -125,7 +103,7 @@ def cluster_in_terminal(zookeeper, data: Path) -> Iterator[tuple[subprocess.Pope
     """`deploy/cluster.py` on the session's ZooKeeper, its data in `data`, in a pseudo-terminal that is the
     controlling terminal of the run's own session (as a shell's is), so that Ctrl-C, a hang-up and the foreground
     check behave as they do for a user. Whatever the test leaves running is killed after it."""
-    ports = consecutive_free_ports(6)  # the brokers' listeners, then their metrics
+    ports = free_port_range(6)  # the brokers' listeners, then their metrics
     command = [sys.executable, "deploy/cluster.py", "--base-port", str(ports), "--metrics-base-port", str(ports + 3),
                "--zookeeper-port", str(zookeeper.port), "--data-dir", str(data)]  # fmt: skip
     take_terminal = "; ".join([
